@@ -1,0 +1,20 @@
+//! Compiles `proto/` with a vendored protoc, so a fresh machine needs nothing installed, and
+//! writes the file descriptor set that server reflection serves.
+
+use std::{env, path::PathBuf};
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let protoc = protoc_bin_vendored::protoc_bin_path()?;
+    // SAFETY: build scripts are single-threaded; nothing else reads the environment here.
+    unsafe { env::set_var("PROTOC", protoc) };
+
+    let out_dir = PathBuf::from(env::var("OUT_DIR")?);
+    tonic_prost_build::configure()
+        .file_descriptor_set_path(out_dir.join("toolrouter_descriptor.bin"))
+        .compile_protos(&["proto/toolrouter/v1/router.proto"], &["proto"])?;
+
+    // tonic's own rerun lines cover the proto files; sqlx::migrate!() embeds migrations/.
+    println!("cargo:rerun-if-changed=proto");
+    println!("cargo:rerun-if-changed=migrations");
+    Ok(())
+}

@@ -1,0 +1,652 @@
+//! The command line: `serve`, the client subcommands against a running daemon (`route`,
+//! `groups`, `load`, `tools`, `invalidate`), `check` (offline manifest validation) and
+//! `settings` (edit the settings table like a settings UI would).
+//!
+//! Exit codes: 0 ok, 1 runtime failure, 2 bad configuration or manifests.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use serde_json::{Value, json};
+use tonic::transport::{Channel, Endpoint};
+
+use crate::config::{Config, LogFormat};
+use crate::db::Db;
+use crate::error::Error;
+use crate::matcher::MatchMode;
+use crate::proto::{self, tool_router_client::ToolRouterClient};
+use crate::registry::Registry;
+use crate::router::FallbackPolicy;
+use crate::state::State;
+
+/// Default daemon address for the client subcommands.
+pub const DEFAULT_ADDR: &str = "http://127.0.0.1:50051";
+
+/// toolrouter: decides which LLM tool definitions a chat backend sends on each turn.
+#[derive(Debug, Parser)]
+#[command(name = "toolrouter", version, about)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the daemon.
+    Serve(Box<ServeArgs>),
+    /// Route a message: which domains and tools a turn gets, and why.
+    Route {
+        /// The user's message.
+        message: String,
+        /// Route within this conversation.
+        #[arg(long)]
+        conversation: Option<String>,
+        /// Connection and output options.
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// List every domain, whether it is active, and the prompt section.
+    Groups {
+        /// Connection and output options.
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Load a group's tools into a conversation.
+    Load {
+        /// The group's name.
+        group: String,
+        /// The conversation to load it into.
+        #[arg(long)]
+        conversation: String,
+        /// Connection and output options.
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// List every tool of every domain, whatever the settings.
+    Tools {
+        /// Connection and output options.
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Ask the daemon to re-read the settings table now.
+    Invalidate {
+        /// Connection and output options.
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Validate manifest folders offline; exits 2 on any error.
+    Check {
+        /// Folders of `*.json` / `*.toml` manifests.
+        #[arg(required = true)]
+        dirs: Vec<PathBuf>,
+    },
+    /// Edit the settings table, then ask a running daemon to invalidate (best effort).
+    Settings {
+        /// What to do with the table.
+        #[command(subcommand)]
+        action: SettingsAction,
+        /// The database the daemon uses.
+        #[arg(
+            long,
+            global = true,
+            env = "TOOLROUTER_DATABASE",
+            default_value = "sqlite://toolrouter.db"
+        )]
+        database: String,
+        /// The daemon to notify.
+        #[arg(long, global = true, env = "TOOLROUTER_ADDR", default_value = DEFAULT_ADDR)]
+        addr: String,
+    },
+}
+
+/// Options shared by the client subcommands.
+#[derive(Debug, Args)]
+pub struct ClientArgs {
+    /// The daemon's URL.
+    #[arg(long, env = "TOOLROUTER_ADDR", default_value = DEFAULT_ADDR)]
+    pub addr: String,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `settings` actions.
+#[derive(Debug, Subcommand)]
+pub enum SettingsAction {
+    /// Set KEY to VALUE.
+    Set {
+        /// The settings key.
+        key: String,
+        /// Its value.
+        value: String,
+    },
+    /// Remove KEY.
+    Unset {
+        /// The settings key.
+        key: String,
+    },
+    /// Print every setting.
+    List,
+}
+
+/// `serve` flags. Each is also `TOOLROUTER_<NAME>` in the environment and a key in the
+/// `--config` file; flags win over the environment, which wins over the file.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// A TOML file with any of the keys below (snake_case).
+    #[arg(long, env = "TOOLROUTER_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Address to listen on [default: 127.0.0.1:50051].
+    #[arg(long, env = "TOOLROUTER_LISTEN")]
+    pub listen: Option<std::net::SocketAddr>,
+    /// SQLite database URL [default: sqlite://toolrouter.db].
+    #[arg(long, env = "TOOLROUTER_DATABASE")]
+    pub database: Option<String>,
+    /// Manifest folder (repeatable; in the environment, separated by `:`) [default: the
+    /// built-in demo registry].
+    #[arg(long, env = "TOOLROUTER_MANIFESTS", value_delimiter = ':')]
+    pub manifests: Vec<PathBuf>,
+    /// Settings cache TTL, e.g. `10s` [default: 10s].
+    #[arg(long, env = "TOOLROUTER_SETTINGS_TTL", value_parser = humantime::parse_duration)]
+    pub settings_ttl: Option<Duration>,
+    /// What a turn with no keyword hit gets [default: all-active].
+    #[arg(long, env = "TOOLROUTER_FALLBACK", value_enum)]
+    pub fallback: Option<FallbackPolicy>,
+    /// How keywords hit [default: word].
+    #[arg(long, env = "TOOLROUTER_KEYWORD_MATCH", value_enum)]
+    pub keyword_match: Option<MatchMode>,
+    /// Start answers with the `load_tool_group` meta-tool [default: true].
+    #[arg(long, env = "TOOLROUTER_EXPOSE_LOAD_TOOL_GROUP")]
+    pub expose_load_tool_group: Option<bool>,
+    /// How long an idle conversation is remembered, e.g. `24h` [default: 24h].
+    #[arg(long, env = "TOOLROUTER_CONVERSATION_TTL", value_parser = humantime::parse_duration)]
+    pub conversation_ttl: Option<Duration>,
+    /// Largest accepted message in bytes [default: 65536].
+    #[arg(long, env = "TOOLROUTER_MAX_MESSAGE_BYTES")]
+    pub max_message_bytes: Option<usize>,
+    /// Log format [default: text].
+    #[arg(long, env = "TOOLROUTER_LOG_FORMAT", value_enum)]
+    pub log_format: Option<LogFormat>,
+}
+
+impl ServeArgs {
+    /// The effective configuration: defaults < config file < environment < flags.
+    ///
+    /// # Errors
+    /// An unreadable or invalid config file.
+    pub fn config(&self) -> crate::Result<Config> {
+        let mut c = Config::load(self.config.as_deref())?;
+        macro_rules! overlay {
+            ($($field:ident),*) => { $( if let Some(v) = self.$field.clone() { c.$field = v; } )* };
+        }
+        overlay!(
+            listen,
+            database,
+            settings_ttl,
+            fallback,
+            keyword_match,
+            expose_load_tool_group,
+            conversation_ttl,
+            max_message_bytes,
+            log_format
+        );
+        if !self.manifests.is_empty() {
+            c.manifests = self.manifests.clone();
+        }
+        Ok(c)
+    }
+}
+
+/// Writes a line to stdout, ignoring a closed pipe (`toolrouter tools | head`).
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout().lock(), $($arg)*);
+    }};
+}
+
+/// A failure with the exit code it maps to.
+struct Failure {
+    code: u8,
+    message: String,
+}
+
+impl Failure {
+    fn runtime(message: impl Into<String>) -> Self {
+        Failure {
+            code: 1,
+            message: message.into(),
+        }
+    }
+    fn config(message: impl Into<String>) -> Self {
+        Failure {
+            code: 2,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<Error> for Failure {
+    fn from(e: Error) -> Self {
+        match e {
+            Error::Manifests(_) | Error::Config(_) => Failure::config(e.to_string()),
+            other => Failure::runtime(other.to_string()),
+        }
+    }
+}
+
+impl From<tonic::Status> for Failure {
+    fn from(s: tonic::Status) -> Self {
+        Failure::runtime(format!("{:?}: {}", s.code(), s.message()))
+    }
+}
+
+/// Runs the parsed command line and returns the process exit code.
+pub async fn run(cli: Cli) -> ExitCode {
+    let result = match cli.command {
+        Command::Serve(args) => serve(&args).await,
+        Command::Route {
+            message,
+            conversation,
+            client,
+        } => route(&client, message, conversation).await,
+        Command::Groups { client } => groups(&client).await,
+        Command::Load {
+            group,
+            conversation,
+            client,
+        } => load(&client, group, conversation).await,
+        Command::Tools { client } => tools(&client).await,
+        Command::Invalidate { client } => invalidate(&client).await,
+        Command::Check { dirs } => check(&dirs),
+        Command::Settings {
+            action,
+            database,
+            addr,
+        } => settings(action, &database, &addr).await,
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(f) => {
+            eprintln!("error: {}", f.message);
+            ExitCode::from(f.code)
+        }
+    }
+}
+
+fn init_tracing(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    // `try_init` fails only when a subscriber is already set (tests); keeping it is fine.
+    let _ = match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().try_init(),
+    };
+}
+
+async fn serve(args: &ServeArgs) -> Result<(), Failure> {
+    let config = args.config()?;
+    init_tracing(config.log_format);
+    let registry = if config.manifests.is_empty() {
+        Registry::demo()
+    } else {
+        Registry::load_dirs(&config.manifests)?
+    };
+    tracing::info!(
+        listen = %config.listen,
+        database = %config.database,
+        manifests = ?config.manifests,
+        settings_ttl = ?config.settings_ttl,
+        fallback = ?config.fallback,
+        keyword_match = ?config.keyword_match,
+        expose_load_tool_group = config.expose_load_tool_group,
+        conversation_ttl = ?config.conversation_ttl,
+        max_message_bytes = config.max_message_bytes,
+        domains = registry.domains().len(),
+        tools = registry.tool_count(),
+        registry_version = %format!("{:016x}", registry.version()),
+        "starting"
+    );
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .map_err(|e| Failure::runtime(format!("cannot listen on {}: {e}", config.listen)))?;
+    let state = State::new(registry, &config).await?;
+    crate::server::serve(listener, state, shutdown_signal())
+        .await
+        .map_err(|e| Failure::runtime(format!("server failed: {e}")))
+}
+
+/// Resolves on Ctrl-C or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if let Err(e) = tokio::signal::ctrl_c().await {
+            tracing::error!(error = %e, "cannot listen for Ctrl-C");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = term => {}
+    }
+    tracing::info!("shutdown requested; finishing in-flight calls");
+}
+
+async fn connect(addr: &str) -> Result<ToolRouterClient<Channel>, Failure> {
+    let endpoint = Endpoint::from_shared(addr.to_string())
+        .map_err(|e| Failure::config(format!("invalid --addr {addr:?}: {e}")))?
+        .connect_timeout(Duration::from_secs(5));
+    let channel = endpoint
+        .connect()
+        .await
+        .map_err(|e| Failure::runtime(format!("cannot reach the daemon at {addr}: {}", root_cause(&e))))?;
+    Ok(ToolRouterClient::new(channel))
+}
+
+fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut cur = e;
+    while let Some(next) = cur.source() {
+        cur = next;
+    }
+    cur.to_string()
+}
+
+fn print_json(v: &Value) {
+    // A `Value` always serialises.
+    out!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
+}
+
+/// Prints rows under headers, each column as wide as its widest cell.
+fn print_table(headers: &[&str], rows: &[Vec<String>]) {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let padded: Vec<String> = cells
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        out!("{}", padded.join("  ").trim_end());
+    };
+    line(headers.to_vec());
+    for row in rows {
+        line(row.iter().map(String::as_str).collect());
+    }
+}
+
+fn reason_name(r: i32) -> &'static str {
+    match proto::Reason::try_from(r).unwrap_or(proto::Reason::Unspecified) {
+        proto::Reason::Core => "core",
+        proto::Reason::Keyword => "keyword",
+        proto::Reason::Sticky => "sticky",
+        proto::Reason::Loaded => "loaded",
+        proto::Reason::Fallback => "fallback",
+        proto::Reason::Unspecified => "unspecified",
+    }
+}
+
+fn tool_json(t: &proto::Tool) -> Value {
+    json!({
+        "name": t.name,
+        "description": t.description,
+        "input_schema": serde_json::from_str::<Value>(&t.input_schema_json).unwrap_or(Value::Null),
+        "domain": t.domain,
+        "tier": t.tier,
+    })
+}
+
+fn group_json(g: &proto::Group) -> Value {
+    json!({
+        "name": g.name,
+        "display_name": g.display_name,
+        "description": g.description,
+        "tool_count": g.tool_count,
+        "core": g.core,
+        "active": g.active,
+        "settings_keys": g.settings_keys,
+        "keywords": g.keywords,
+    })
+}
+
+async fn route(client: &ClientArgs, message: String, conversation: Option<String>) -> Result<(), Failure> {
+    let mut c = connect(&client.addr).await?;
+    let r = c
+        .route(proto::RouteRequest {
+            message,
+            conversation_id: conversation.unwrap_or_default(),
+        })
+        .await?
+        .into_inner();
+    if client.json {
+        print_json(&json!({
+            "tools": r.tools.iter().map(tool_json).collect::<Vec<_>>(),
+            "domains": r.domains.iter().map(|d| json!({
+                "domain": d.domain,
+                "reason": reason_name(d.reason),
+                "matched_keywords": d.matched_keywords,
+            })).collect::<Vec<_>>(),
+            "fallback": r.fallback,
+            "registry_version": r.registry_version,
+        }));
+        return Ok(());
+    }
+    let rows: Vec<Vec<String>> = r
+        .domains
+        .iter()
+        .map(|d| {
+            let n = r.tools.iter().filter(|t| t.domain == d.domain).count();
+            vec![
+                d.domain.clone(),
+                reason_name(d.reason).to_string(),
+                d.matched_keywords.join(", "),
+                n.to_string(),
+            ]
+        })
+        .collect();
+    print_table(&["DOMAIN", "REASON", "KEYWORDS", "TOOLS"], &rows);
+    let meta = r.tools.first().is_some_and(|t| t.domain.is_empty());
+    out!(
+        "\n{} tools{}; fallback: {}; registry version {:016x}",
+        r.tools.len(),
+        if meta { " (including load_tool_group)" } else { "" },
+        if r.fallback { "yes" } else { "no" },
+        r.registry_version
+    );
+    Ok(())
+}
+
+async fn groups(client: &ClientArgs) -> Result<(), Failure> {
+    let mut c = connect(&client.addr).await?;
+    let r = c.list_groups(proto::ListGroupsRequest {}).await?.into_inner();
+    if client.json {
+        print_json(&json!({
+            "groups": r.groups.iter().map(group_json).collect::<Vec<_>>(),
+            "prompt_section": r.prompt_section,
+            "registry_version": r.registry_version,
+        }));
+        return Ok(());
+    }
+    let yes = |b: bool| if b { "yes" } else { "no" }.to_string();
+    let rows: Vec<Vec<String>> = r
+        .groups
+        .iter()
+        .map(|g| {
+            vec![
+                g.name.clone(),
+                yes(g.active),
+                yes(g.core),
+                g.tool_count.to_string(),
+                if g.settings_keys.is_empty() {
+                    "-".into()
+                } else {
+                    g.settings_keys.join(", ")
+                },
+            ]
+        })
+        .collect();
+    print_table(&["GROUP", "ACTIVE", "CORE", "TOOLS", "SETTINGS KEYS"], &rows);
+    Ok(())
+}
+
+async fn load(client: &ClientArgs, group: String, conversation: String) -> Result<(), Failure> {
+    let mut c = connect(&client.addr).await?;
+    let r = c
+        .load_tool_group(proto::LoadToolGroupRequest {
+            conversation_id: conversation,
+            group_name: group,
+        })
+        .await?
+        .into_inner();
+    if client.json {
+        print_json(&json!({
+            "group": r.group.as_ref().map(group_json),
+            "tools": r.tools.iter().map(tool_json).collect::<Vec<_>>(),
+            "already_loaded": r.already_loaded,
+            "text": r.text,
+        }));
+    } else {
+        out!("{}", r.text);
+        if r.already_loaded {
+            out!("\n(already loaded in this conversation)");
+        }
+    }
+    Ok(())
+}
+
+async fn tools(client: &ClientArgs) -> Result<(), Failure> {
+    let mut c = connect(&client.addr).await?;
+    let r = c
+        .list_all_tools(proto::ListAllToolsRequest {})
+        .await?
+        .into_inner();
+    if client.json {
+        print_json(&json!({
+            "tools": r.tools.iter().map(tool_json).collect::<Vec<_>>(),
+            "groups": r.groups.iter().map(group_json).collect::<Vec<_>>(),
+            "registry_version": r.registry_version,
+        }));
+        return Ok(());
+    }
+    let rows: Vec<Vec<String>> = r
+        .tools
+        .iter()
+        .map(|t| {
+            vec![
+                t.name.clone(),
+                t.domain.clone(),
+                t.tier.clone(),
+                t.description.clone(),
+            ]
+        })
+        .collect();
+    print_table(&["TOOL", "DOMAIN", "TIER", "DESCRIPTION"], &rows);
+    Ok(())
+}
+
+async fn invalidate(client: &ClientArgs) -> Result<(), Failure> {
+    let mut c = connect(&client.addr).await?;
+    let r = c
+        .invalidate_settings(proto::InvalidateSettingsRequest {})
+        .await?
+        .into_inner();
+    if client.json {
+        print_json(&json!({ "active_domains": r.active_domains }));
+    } else {
+        out!(
+            "settings re-read; active domains: {}",
+            r.active_domains.join(", ")
+        );
+    }
+    Ok(())
+}
+
+fn check(dirs: &[PathBuf]) -> Result<(), Failure> {
+    let registry = Registry::load_dirs(dirs)?;
+    let keywords = registry.keywords().count();
+    // About four characters per token, over what a provider is sent for each tool.
+    let chars: usize = registry
+        .domains()
+        .iter()
+        .flat_map(|d| &d.tools)
+        .map(|t| t.name.len() + t.description.len() + t.input_schema_json.len())
+        .sum();
+    out!(
+        "ok: {} domains, {} tools, {} keywords, ~{} schema tokens",
+        registry.domains().len(),
+        registry.tool_count(),
+        keywords,
+        chars / 4
+    );
+    Ok(())
+}
+
+async fn settings(action: SettingsAction, database: &str, addr: &str) -> Result<(), Failure> {
+    let db = Db::connect(database).await?;
+    match action {
+        SettingsAction::Set { key, value } => {
+            db.set_setting(&key, &value).await?;
+            out!("set {key}");
+        }
+        SettingsAction::Unset { key } => {
+            let existed = db.unset_setting(&key).await?;
+            out!("{} {key}", if existed { "unset" } else { "was not set:" });
+        }
+        SettingsAction::List => {
+            let mut rows = db.read_settings().await?;
+            rows.sort();
+            let rows: Vec<Vec<String>> = rows.into_iter().map(|(k, v)| vec![k, v]).collect();
+            print_table(&["KEY", "VALUE"], &rows);
+            db.close().await;
+            return Ok(());
+        }
+    }
+    db.close().await;
+    // Best effort: the change is in the table either way and shows within one TTL.
+    match tokio::time::timeout(Duration::from_secs(3), async {
+        let mut c = connect(addr).await?;
+        Ok::<_, Failure>(
+            c.invalidate_settings(proto::InvalidateSettingsRequest {})
+                .await?
+                .into_inner(),
+        )
+    })
+    .await
+    {
+        Ok(Ok(r)) => out!(
+            "daemon at {addr} re-read settings; active domains: {}",
+            r.active_domains.join(", ")
+        ),
+        Ok(Err(f)) => out!(
+            "note: {} (the daemon will see the change within its settings TTL)",
+            f.message
+        ),
+        Err(_) => {
+            out!("note: no answer from {addr} (the daemon will see the change within its settings TTL)")
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,97 @@
+//! The crate's error type and its single mapping onto gRPC status codes.
+
+use std::fmt;
+
+/// Shorthand for results whose error is the crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// One problem found in one manifest file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ManifestError {
+    /// The file's path as given (or the demo manifest's name).
+    pub path: String,
+    /// `(line, column)`, 1-based, for syntax errors.
+    pub position: Option<(usize, usize)>,
+    /// What is wrong, naming the field, tool or domain.
+    pub message: String,
+}
+
+impl fmt::Display for ManifestError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.position {
+            Some((line, col)) => write!(f, "{}:{line}:{col}: {}", self.path, self.message),
+            None => write!(f, "{}: {}", self.path, self.message),
+        }
+    }
+}
+
+/// Every problem found while loading a set of manifests (loading fails as a whole).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ManifestErrors(pub Vec<ManifestError>);
+
+impl fmt::Display for ManifestErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, e) in self.0.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            write!(f, "{e}")?;
+        }
+        Ok(())
+    }
+}
+
+/// What went wrong, phrased for the caller.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Manifests failed validation; every problem is listed.
+    #[error("{0}")]
+    Manifests(ManifestErrors),
+    /// A request field is missing or out of bounds; the text says which and why.
+    #[error("{0}")]
+    InvalidArgument(String),
+    /// A named thing (a tool group) does not exist.
+    #[error("{0}")]
+    NotFound(String),
+    /// The request is well formed but the system is not in a state to serve it.
+    #[error("{0}")]
+    FailedPrecondition(String),
+    /// Bad configuration (flags, environment, config file).
+    #[error("{0}")]
+    Config(String),
+    /// A database fault.
+    #[error("database error: {0}")]
+    Database(#[from] sqlx::Error),
+    /// A migration could not be applied.
+    #[error("database migration failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    /// The keyword automaton could not be built.
+    #[error("keyword automaton: {0}")]
+    Automaton(#[from] aho_corasick::BuildError),
+    /// A fault reported through a shared cache load, already described.
+    #[error("{0}")]
+    Shared(String),
+    /// Reading a manifest folder or another file failed.
+    #[error("{context}: {source}")]
+    Io {
+        /// What was being read.
+        context: String,
+        /// The cause.
+        source: std::io::Error,
+    },
+}
+
+impl From<Error> for tonic::Status {
+    fn from(err: Error) -> Self {
+        match err {
+            Error::InvalidArgument(m) => tonic::Status::invalid_argument(m),
+            Error::NotFound(m) => tonic::Status::not_found(m),
+            Error::FailedPrecondition(m) => tonic::Status::failed_precondition(m),
+            other => {
+                // The cause is for the operator's log, not for the client.
+                tracing::error!(error = %other, "internal error");
+                tonic::Status::internal("internal error")
+            }
+        }
+    }
+}

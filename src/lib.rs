@@ -1,0 +1,43 @@
+//! toolrouter decides, for every chat turn, which LLM tool definitions a chat backend sends
+//! to the model: core domains, plus the domains whose keywords the message hits, or every
+//! active domain when nothing hit. Domains are active when their settings keys have values in
+//! a SQLite `settings` table.
+//!
+//! # Layout
+//! Data flows top to bottom:
+//! - [`registry`]: manifests (both formats, validated) into an immutable `Registry`.
+//! - [`matcher`]: the Aho-Corasick keyword automaton and the word-boundary rule. Pure.
+//! - [`router`]: `route()` and `load()`, pure functions of registry, settings snapshot,
+//!   conversation and message.
+//! - [`settings`]: the settings snapshot and its TTL cache.
+//! - [`conversations`]: loaded groups and sticky hits per conversation, persisted.
+//! - [`db`]: the SQLite pool, migrations and every SQL statement.
+//! - [`state`]: the shared state tying them together for one request.
+//! - [`service`]: the tonic `ToolRouter` service: proto to domain types and back.
+//! - [`server`]: `serve(listener, state, shutdown)` with health and reflection.
+//! - [`config`] and [`cli`]: configuration layers and the command line.
+#![warn(missing_docs)]
+
+pub mod cli;
+pub mod config;
+pub mod conversations;
+pub mod db;
+pub mod error;
+pub mod matcher;
+pub mod registry;
+pub mod router;
+pub mod server;
+pub mod service;
+pub mod settings;
+pub mod state;
+
+pub use error::{Error, Result};
+
+/// The generated protobuf and gRPC code for `toolrouter.v1`.
+#[allow(missing_docs, clippy::all, clippy::pedantic)]
+pub mod proto {
+    tonic::include_proto!("toolrouter.v1");
+
+    /// The encoded file descriptor set, for server reflection.
+    pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("toolrouter_descriptor");
+}

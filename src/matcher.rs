@@ -1,0 +1,338 @@
+//! The keyword automaton: one Aho-Corasick automaton over every keyword of every domain, plus
+//! the word-boundary and suffix rule of `word` mode. Pure: no I/O, no clock.
+//!
+//! Case: keywords are lowercased with `str::to_lowercase` when the automaton is built. The
+//! automaton is ASCII case-insensitive, so an ASCII message is searched as it is (no
+//! allocation); any other message is lowercased first, which is what makes `HÖRBUCH` hit
+//! `hörbuch`. Both paths judge boundaries on text equal to the lowercased message, because
+//! ASCII case changes neither letters nor digits.
+//!
+//! Word-mode endings: besides the keyword itself (followed by nothing, or by `s`, `es`, `ing`,
+//! `ed`, `er`, `ers`; and `d`, `r`, `rs` when it ends in `e`), two stems are added as
+//! patterns of their own: a consonant+`y` keyword without its `y` (`librar` + `ies`/`ied`/
+//! `ying`) and an `e` keyword without its `e` (`transcod` + `ing`).
+
+use std::collections::HashMap;
+
+use aho_corasick::{AhoCorasick, AhoCorasickBuilder, MatchKind};
+
+use crate::registry::KeywordId;
+
+/// How keywords hit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum MatchMode {
+    /// On word boundaries, with the plural/verb suffix rule.
+    #[default]
+    Word,
+    /// Anywhere in the message, no suffix rules.
+    Substring,
+}
+
+/// Which endings a pattern accepts after it (word mode only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ending {
+    /// The whole keyword: end of word, or a common suffix.
+    Keyword { ends_in_e: bool },
+    /// A consonant+`y` keyword without its `y`.
+    YStem,
+    /// An `e` keyword without its `e`.
+    EStem,
+}
+
+const SUFFIXES: &[&str] = &["s", "es", "ing", "ed", "er", "ers"];
+const E_SUFFIXES: &[&str] = &["d", "r", "rs"];
+const Y_STEM_SUFFIXES: &[&str] = &["ies", "ied", "ying"];
+const E_STEM_SUFFIXES: &[&str] = &["ing"];
+
+/// The built automaton for one registry's keywords.
+#[derive(Debug, Clone)]
+pub struct Matcher {
+    /// `None` when there are no keywords at all.
+    automaton: Option<AhoCorasick>,
+    /// For each automaton pattern: the keywords it stands for and how it may end. Equal
+    /// patterns (the same keyword in two domains, or a stem equal to another keyword) are
+    /// merged, so every pattern id maps to all of them.
+    targets: Vec<Vec<(KeywordId, Ending)>>,
+    mode: MatchMode,
+}
+
+impl Matcher {
+    /// Builds the automaton over `keywords`, whose positions are their [`KeywordId`]s.
+    ///
+    /// # Errors
+    /// When the automaton exceeds aho-corasick's size limits.
+    pub fn new<'a>(keywords: impl IntoIterator<Item = &'a str>, mode: MatchMode) -> crate::Result<Matcher> {
+        let mut index: HashMap<String, usize> = HashMap::new();
+        let mut patterns: Vec<String> = Vec::new();
+        let mut targets: Vec<Vec<(KeywordId, Ending)>> = Vec::new();
+        let mut add = |pattern: String, target: (KeywordId, Ending)| {
+            let id = *index.entry(pattern.clone()).or_insert_with(|| {
+                patterns.push(pattern);
+                targets.push(Vec::new());
+                targets.len() - 1
+            });
+            targets[id].push(target);
+        };
+        for (k, keyword) in keywords.into_iter().enumerate() {
+            let lower = keyword.to_lowercase();
+            if lower.is_empty() {
+                continue;
+            }
+            let ends_in_e = lower.ends_with('e');
+            if mode == MatchMode::Word {
+                if let Some(stem) = y_stem(&lower) {
+                    add(stem.to_string(), (k, Ending::YStem));
+                }
+                if ends_in_e && lower.len() > 1 {
+                    add(lower[..lower.len() - 1].to_string(), (k, Ending::EStem));
+                }
+            }
+            add(lower, (k, Ending::Keyword { ends_in_e }));
+        }
+        let automaton = if patterns.is_empty() {
+            None
+        } else {
+            Some(
+                AhoCorasickBuilder::new()
+                    // Standard semantics are what overlapping search needs, and overlapping
+                    // search is what finds every keyword, also one inside another
+                    // (`vault` / `vaultwarden`, `library` / `scan library`).
+                    .match_kind(MatchKind::Standard)
+                    .ascii_case_insensitive(true)
+                    .build(&patterns)?,
+            )
+        };
+        Ok(Matcher {
+            automaton,
+            targets,
+            mode,
+        })
+    }
+
+    /// The mode this automaton was built for.
+    pub fn mode(&self) -> MatchMode {
+        self.mode
+    }
+
+    /// Appends to `hits` every keyword found in `message`, sorted and each once.
+    pub fn find_into(&self, message: &str, hits: &mut Vec<KeywordId>) {
+        let Some(ac) = &self.automaton else { return };
+        let lowered;
+        let text = if message.is_ascii() {
+            message
+        } else {
+            lowered = message.to_lowercase();
+            &lowered
+        };
+        let start = hits.len();
+        for m in ac.find_overlapping_iter(text) {
+            for &(k, ending) in &self.targets[m.pattern().as_usize()] {
+                if self.mode == MatchMode::Substring || word_hit(text, m.start(), m.end(), ending) {
+                    hits.push(k);
+                }
+            }
+        }
+        hits[start..].sort_unstable();
+        let mut w = start;
+        for r in start..hits.len() {
+            if w == start || hits[w - 1] != hits[r] {
+                hits[w] = hits[r];
+                w += 1;
+            }
+        }
+        hits.truncate(w);
+    }
+
+    /// Every keyword found in `message`, sorted and each once.
+    pub fn find(&self, message: &str) -> Vec<KeywordId> {
+        let mut hits = Vec::new();
+        self.find_into(message, &mut hits);
+        hits
+    }
+
+    /// Counts raw automaton matches without any rule: the floor `route()` is measured
+    /// against.
+    pub fn count_raw(&self, message: &str) -> usize {
+        let Some(ac) = &self.automaton else { return 0 };
+        if message.is_ascii() {
+            ac.find_overlapping_iter(message).count()
+        } else {
+            ac.find_overlapping_iter(&message.to_lowercase()).count()
+        }
+    }
+}
+
+/// The stem of a keyword ending in an ASCII consonant followed by `y`.
+fn y_stem(lower: &str) -> Option<&str> {
+    let stem = lower.strip_suffix('y')?;
+    let last = stem.chars().next_back()?;
+    (last.is_ascii_alphabetic() && !"aeiouy".contains(last)).then_some(stem)
+}
+
+fn is_word_char(c: char) -> bool {
+    c.is_alphanumeric()
+}
+
+/// True at the end of the text or before a character that is not a letter or digit.
+fn boundary_at(text: &str, pos: usize) -> bool {
+    text[pos..].chars().next().is_none_or(|c| !is_word_char(c))
+}
+
+fn word_hit(text: &str, start: usize, end: usize, ending: Ending) -> bool {
+    if text[..start].chars().next_back().is_some_and(is_word_char) {
+        return false;
+    }
+    let rest = &text[end..];
+    let suffix_then_boundary = |suffixes: &[&str]| {
+        suffixes.iter().any(|s| {
+            rest.len() >= s.len()
+                && rest.as_bytes()[..s.len()].eq_ignore_ascii_case(s.as_bytes())
+                && boundary_at(text, end + s.len())
+        })
+    };
+    match ending {
+        Ending::Keyword { ends_in_e } => {
+            boundary_at(text, end)
+                || suffix_then_boundary(SUFFIXES)
+                || (ends_in_e && suffix_then_boundary(E_SUFFIXES))
+        }
+        Ending::YStem => suffix_then_boundary(Y_STEM_SUFFIXES),
+        Ending::EStem => suffix_then_boundary(E_STEM_SUFFIXES),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// (keywords, mode, message, keywords expected to hit)
+    type Case = (
+        &'static [&'static str],
+        MatchMode,
+        &'static str,
+        &'static [&'static str],
+    );
+    use MatchMode::{Substring, Word};
+
+    const CASES: &[Case] = &[
+        // Plurals and words inside other words.
+        (&["light"], Word, "turn on the light", &["light"]),
+        (&["light"], Word, "turn off the lights", &["light"]),
+        (&["light"], Word, "highlight this", &[]),
+        (&["light"], Word, "the lightning", &[]),
+        (&["light"], Substring, "highlight this", &["light"]),
+        (&["entity"], Word, "verify my identity", &[]),
+        (&["entity"], Word, "which entities exist", &["entity"]),
+        (&["ratio"], Word, "show the configuration", &[]),
+        (&["ratio"], Word, "what is my ratio", &["ratio"]),
+        (&["ratio"], Substring, "show the configuration", &["ratio"]),
+        (&["library"], Word, "scan all libraries", &["library"]),
+        (&["library"], Word, "the library is big", &["library"]),
+        (&["library"], Word, "librarying", &["library"]),
+        (&["library"], Substring, "scan all libraries", &[]),
+        (&["seed"], Word, "is it seeding?", &["seed"]),
+        (&["seed"], Word, "seeders and seeds", &["seed"]),
+        (&["seed"], Word, "aniseed", &[]),
+        (&["queue"], Word, "what got queued", &["queue"]),
+        (&["queue"], Word, "queuing now", &["queue"]),
+        (&["transcode"], Word, "is it transcoding", &["transcode"]),
+        (&["transcode"], Word, "the transcoder is busy", &["transcode"]),
+        (&["play"], Word, "plays and playing", &["play"]),
+        (&["play"], Word, "plies", &[]),
+        // Unicode case folding.
+        (&["hörbuch"], Word, "Spiel mein HÖRBUCH ab", &["hörbuch"]),
+        (&["HÖRBUCH"], Word, "ein hörbuch bitte", &["HÖRBUCH"]),
+        (&["hörbuch"], Word, "Hörbuchs", &["hörbuch"]),
+        (&["hörbuch"], Word, "xhörbuch", &[]),
+        (&["café"], Word, "Le CAFÉ est ouvert", &["café"]),
+        // Keywords with spaces and punctuation.
+        (
+            &["quality profile"],
+            Word,
+            "Change the Quality Profile to 1080p",
+            &["quality profile"],
+        ),
+        (
+            &["quality profile"],
+            Word,
+            "two quality profiles",
+            &["quality profile"],
+        ),
+        (&["quality profile"], Word, "quality of the profile", &[]),
+        (&["pi-hole"], Word, "is Pi-hole blocking ads", &["pi-hole"]),
+        (&["pi-hole"], Word, "pi hole", &[]),
+        // Positions and punctuation around the keyword.
+        (&["docker"], Word, "docker", &["docker"]),
+        (&["docker"], Word, "docker ps", &["docker"]),
+        (&["docker"], Word, "restart docker", &["docker"]),
+        (&["docker"], Word, "is docker?", &["docker"]),
+        (&["docker"], Word, "docker, then nginx", &["docker"]),
+        (&["docker"], Word, "(docker)", &["docker"]),
+        (&["docker"], Word, "docker2", &[]),
+        (&["docker"], Word, "2docker", &[]),
+        // Overlapping keywords: every one that hits is found.
+        (
+            &["vault", "vaultwarden"],
+            Word,
+            "open vaultwarden",
+            &["vaultwarden"],
+        ),
+        (
+            &["vault", "vaultwarden"],
+            Substring,
+            "open vaultwarden",
+            &["vault", "vaultwarden"],
+        ),
+        (
+            &["vault", "vaultwarden"],
+            Word,
+            "my vault in vaultwarden",
+            &["vault", "vaultwarden"],
+        ),
+        (
+            &["scan library", "library"],
+            Word,
+            "scan library now",
+            &["scan library", "library"],
+        ),
+        (
+            &["torrent", "seeding", "plex"],
+            Word,
+            "torrents seeding to plex",
+            &["torrent", "seeding", "plex"],
+        ),
+        // The same keyword twice (two domains) is reported for both.
+        (&["dns", "dns"], Word, "check dns", &["dns", "dns"]),
+        // Nothing to find.
+        (&["light"], Word, "", &[]),
+        (&[], Word, "anything", &[]),
+        (&["light"], Word, "灯を消して 💡🔥", &[]),
+        (&["灯"], Word, "灯を消して", &[]),
+        (&["灯"], Substring, "灯を消して", &["灯"]),
+        (&["light"], Word, "💡light💡", &["light"]),
+        (&["light"], Word, "lightä", &[]),
+        (&["light"], Word, "Élight", &[]),
+    ];
+
+    #[test]
+    fn the_keyword_table_holds() {
+        for &(keywords, mode, message, expected) in CASES {
+            let m = Matcher::new(keywords.iter().copied(), mode).unwrap();
+            let got: Vec<&str> = m.find(message).into_iter().map(|k| keywords[k]).collect();
+            assert_eq!(got, expected, "keywords {keywords:?} ({mode:?}) in {message:?}");
+        }
+    }
+
+    #[test]
+    fn hits_are_sorted_and_unique_even_when_a_keyword_hits_twice() {
+        let m = Matcher::new(["b", "a"], Word).unwrap();
+        assert_eq!(m.find("a b a b"), vec![0, 1]);
+    }
+
+    #[test]
+    fn the_raw_count_is_the_automatons_match_count() {
+        let m = Matcher::new(["light"], Word).unwrap();
+        assert_eq!(m.count_raw("highlight the LIGHT"), 2);
+    }
+}

@@ -1,0 +1,387 @@
+//! The registry: every domain and tool loaded from manifests, as one immutable snapshot.
+//!
+//! Domains are kept sorted by name, so a [`DomainId`] order is name order; every keyword of
+//! every domain also has a global [`KeywordId`] in domain order, then manifest order, which is
+//! what the matcher reports and what the router sorts by.
+
+pub mod manifest;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use crate::error::{ManifestError, ManifestErrors, Result};
+
+/// Index of a domain in [`Registry::domains`] (domains are sorted by name).
+pub type DomainId = usize;
+/// Global index of a keyword: domain order, then manifest order.
+pub type KeywordId = usize;
+
+/// How much a tool can change; clients may gate on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Tier {
+    /// Only reads.
+    Read,
+    /// Changes state that can be changed back.
+    Modify,
+    /// Deletes or otherwise loses data.
+    Destructive,
+}
+
+impl Tier {
+    /// The manifest and wire spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Tier::Read => "read",
+            Tier::Modify => "modify",
+            Tier::Destructive => "destructive",
+        }
+    }
+
+    /// Parses the manifest spelling.
+    pub fn parse(s: &str) -> Option<Tier> {
+        match s {
+            "read" => Some(Tier::Read),
+            "modify" => Some(Tier::Modify),
+            "destructive" => Some(Tier::Destructive),
+            _ => None,
+        }
+    }
+}
+
+/// One tool definition, as sent to the model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tool {
+    /// Unique across the registry; matches `^[a-zA-Z0-9_-]{1,64}$`.
+    pub name: String,
+    /// What the tool does, for the model.
+    pub description: String,
+    /// The input's JSON Schema as compact JSON (an object whose `type` is `"object"`),
+    /// rendered once at load time because every response sends it as text.
+    pub input_schema_json: String,
+    /// See [`Tier`].
+    pub tier: Tier,
+}
+
+/// One domain (group) of tools.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Domain {
+    /// Unique; matches `^[a-z0-9][a-z0-9_-]{0,63}$`.
+    pub name: String,
+    /// Human name, used in `LoadToolGroup` text.
+    pub display_name: String,
+    /// One line for the model's prompt section.
+    pub description: String,
+    /// The domain is active when this is empty or one of these keys has a non-blank value.
+    pub settings_keys: Vec<String>,
+    /// As written in the manifest.
+    pub keywords: Vec<String>,
+    /// Included in every answer while active.
+    pub core: bool,
+    /// Included in the `all-active` fallback.
+    pub fallback: bool,
+    /// In manifest order.
+    pub tools: Vec<Tool>,
+    /// Where the domain was defined, for error messages.
+    pub source: String,
+}
+
+/// The immutable snapshot of every domain and tool.
+#[derive(Debug)]
+pub struct Registry {
+    domains: Vec<Domain>,
+    by_name: HashMap<String, DomainId>,
+    /// `keyword_domain[k]` is the domain that owns keyword `k`.
+    keyword_domain: Vec<DomainId>,
+    /// `keyword_start[d]` is the first keyword id of domain `d`.
+    keyword_start: Vec<KeywordId>,
+    version: u64,
+}
+
+/// The demo manifests built into the binary: (file name, contents).
+const DEMO: &[(&str, &str)] = &[
+    ("audiobookshelf.json", include_str!("demo/audiobookshelf.json")),
+    ("docker.json", include_str!("demo/docker.json")),
+    ("home_assistant.toml", include_str!("demo/home_assistant.toml")),
+    ("jellyfin.json", include_str!("demo/jellyfin.json")),
+    ("nextcloud.json", include_str!("demo/nextcloud.json")),
+    ("paperless.toml", include_str!("demo/paperless.toml")),
+    ("pihole.json", include_str!("demo/pihole.json")),
+    ("proxmox.json", include_str!("demo/proxmox.json")),
+    ("qbittorrent.json", include_str!("demo/qbittorrent.json")),
+    ("radarr.json", include_str!("demo/radarr.json")),
+    ("sonarr.json", include_str!("demo/sonarr.json")),
+    ("system.json", include_str!("demo/system.json")),
+    ("uptime_kuma.json", include_str!("demo/uptime_kuma.json")),
+    ("vaultwarden.json", include_str!("demo/vaultwarden.json")),
+];
+
+impl Registry {
+    /// Builds a registry from parsed domains, checking what spans files: duplicate domain
+    /// names and duplicate tool names.
+    ///
+    /// # Errors
+    /// Every cross-file problem, each naming both places.
+    pub fn new(mut domains: Vec<Domain>) -> Result<Registry, ManifestErrors> {
+        let mut errors = Vec::new();
+        let mut seen_domains: HashMap<&str, &Domain> = HashMap::new();
+        let mut seen_tools: HashMap<&str, &Domain> = HashMap::new();
+        for d in &domains {
+            if let Some(first) = seen_domains.insert(&d.name, d) {
+                errors.push(ManifestError {
+                    path: d.source.clone(),
+                    position: None,
+                    message: format!(
+                        "domain `{}` is defined twice: in {} and in {}",
+                        d.name, first.source, d.source
+                    ),
+                });
+                seen_domains.insert(&first.name, first);
+            }
+            for t in &d.tools {
+                if let Some(other) = seen_tools.insert(&t.name, d) {
+                    let message = if std::ptr::eq(other, d) {
+                        format!("tool `{}` appears twice in domain `{}`", t.name, d.name)
+                    } else {
+                        format!(
+                            "tool `{}` is defined in two domains: `{}` ({}) and `{}` ({})",
+                            t.name, other.name, other.source, d.name, d.source
+                        )
+                    };
+                    errors.push(ManifestError {
+                        path: d.source.clone(),
+                        position: None,
+                        message,
+                    });
+                }
+            }
+        }
+        if !errors.is_empty() {
+            return Err(ManifestErrors(errors));
+        }
+        domains.sort_by(|a, b| a.name.cmp(&b.name));
+        let by_name = domains
+            .iter()
+            .enumerate()
+            .map(|(i, d)| (d.name.clone(), i))
+            .collect();
+        let mut keyword_domain = Vec::new();
+        let mut keyword_start = Vec::with_capacity(domains.len());
+        for (i, d) in domains.iter().enumerate() {
+            keyword_start.push(keyword_domain.len());
+            keyword_domain.extend(std::iter::repeat_n(i, d.keywords.len()));
+        }
+        let version = content_hash(&domains);
+        Ok(Registry {
+            domains,
+            by_name,
+            keyword_domain,
+            keyword_start,
+            version,
+        })
+    }
+
+    /// Loads every `*.json` and `*.toml` file directly inside each folder.
+    ///
+    /// # Errors
+    /// A folder that cannot be read, or every manifest problem found.
+    pub fn load_dirs(dirs: &[PathBuf]) -> Result<Registry> {
+        let mut sources = Vec::new();
+        for dir in dirs {
+            let entries = std::fs::read_dir(dir).map_err(|source| crate::Error::Io {
+                context: format!("cannot read manifest folder {}", dir.display()),
+                source,
+            })?;
+            let mut paths: Vec<PathBuf> = entries
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.is_file() && manifest::Format::of(p).is_some())
+                .collect();
+            paths.sort();
+            for path in paths {
+                let text = std::fs::read_to_string(&path).map_err(|source| crate::Error::Io {
+                    context: format!("cannot read manifest {}", path.display()),
+                    source,
+                })?;
+                sources.push((path.display().to_string(), text));
+            }
+        }
+        Self::from_sources(sources.iter().map(|(p, t)| (p.as_str(), t.as_str())))
+            .map_err(crate::Error::Manifests)
+    }
+
+    /// Parses and validates manifests given as (path, contents); the path's extension picks
+    /// the format and its stem names group-array manifests.
+    ///
+    /// # Errors
+    /// Every problem in every file.
+    pub fn from_sources<'a>(
+        sources: impl IntoIterator<Item = (&'a str, &'a str)>,
+    ) -> Result<Registry, ManifestErrors> {
+        let mut domains = Vec::new();
+        let mut errors = Vec::new();
+        for (path, text) in sources {
+            match manifest::parse(path, text) {
+                Ok(d) => domains.push(d),
+                Err(mut e) => errors.append(&mut e),
+            }
+        }
+        // Cross-file checks run over the files that parsed, so one broken file does not hide
+        // a duplicate between two others.
+        match Registry::new(domains) {
+            Ok(registry) if errors.is_empty() => Ok(registry),
+            Ok(_) => Err(ManifestErrors(errors)),
+            Err(ManifestErrors(mut cross)) => {
+                errors.append(&mut cross);
+                Err(ManifestErrors(errors))
+            }
+        }
+    }
+
+    /// The built-in demo registry (a home-server assistant), validated like any manifests.
+    pub fn demo() -> Registry {
+        // The demo manifests are checked by a unit test, so this cannot fail in a build
+        // whose tests pass.
+        Self::from_sources(DEMO.iter().map(|(p, t)| (*p, *t)))
+            .unwrap_or_else(|e| panic!("built-in demo manifests are invalid:\n{e}"))
+    }
+
+    /// Every domain, by name.
+    pub fn domains(&self) -> &[Domain] {
+        &self.domains
+    }
+
+    /// One domain.
+    ///
+    /// # Panics
+    /// When `id` does not come from this registry.
+    pub fn domain(&self, id: DomainId) -> &Domain {
+        &self.domains[id]
+    }
+
+    /// The domain with exactly this name.
+    pub fn find(&self, name: &str) -> Option<DomainId> {
+        self.by_name.get(name).copied()
+    }
+
+    /// Every keyword of every domain, in [`KeywordId`] order.
+    pub fn keywords(&self) -> impl Iterator<Item = &str> {
+        self.domains
+            .iter()
+            .flat_map(|d| d.keywords.iter().map(String::as_str))
+    }
+
+    /// The domain owning a keyword.
+    pub fn keyword_domain(&self, k: KeywordId) -> DomainId {
+        self.keyword_domain[k]
+    }
+
+    /// The keyword as written in its manifest.
+    pub fn keyword(&self, k: KeywordId) -> &str {
+        let d = self.keyword_domain[k];
+        &self.domains[d].keywords[k - self.keyword_start[d]]
+    }
+
+    /// Number of tools in all domains.
+    pub fn tool_count(&self) -> usize {
+        self.domains.iter().map(|d| d.tools.len()).sum()
+    }
+
+    /// A 64-bit hash of the content: equal registries give equal versions, across restarts.
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+}
+
+/// FNV-1a over every field that reaches a client, each length-prefixed. A fixed algorithm
+/// (not `DefaultHasher`, whose output may change between Rust releases) keeps versions stable
+/// across builds, so clients can cache schemas by version.
+fn content_hash(domains: &[Domain]) -> u64 {
+    struct Fnv(u64);
+    impl Fnv {
+        fn bytes(&mut self, b: &[u8]) {
+            for &x in b {
+                self.0 ^= u64::from(x);
+                self.0 = self.0.wrapping_mul(0x0000_0100_0000_01b3);
+            }
+        }
+        fn str(&mut self, s: &str) {
+            self.bytes(&(s.len() as u64).to_le_bytes());
+            self.bytes(s.as_bytes());
+        }
+        fn list(&mut self, l: &[String]) {
+            self.bytes(&(l.len() as u64).to_le_bytes());
+            l.iter().for_each(|s| self.str(s));
+        }
+    }
+    let mut h = Fnv(0xcbf2_9ce4_8422_2325);
+    for d in domains {
+        h.str(&d.name);
+        h.str(&d.display_name);
+        h.str(&d.description);
+        h.list(&d.settings_keys);
+        h.list(&d.keywords);
+        h.bytes(&[u8::from(d.core), u8::from(d.fallback)]);
+        h.bytes(&(d.tools.len() as u64).to_le_bytes());
+        for t in &d.tools {
+            h.str(&t.name);
+            h.str(&t.description);
+            h.str(&t.input_schema_json);
+            h.str(t.tier.as_str());
+        }
+    }
+    h.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_demo_registry_passes_the_same_validation_as_user_manifests() {
+        let r = Registry::from_sources(DEMO.iter().map(|(p, t)| (*p, *t))).expect("demo is valid");
+        assert!(r.domains().len() >= 10, "at least 10 domains");
+        assert!(r.tool_count() >= 60, "at least 60 tools");
+        assert_eq!(
+            r.domains().iter().filter(|d| d.core).count(),
+            1,
+            "one core domain"
+        );
+        assert!(r.domains().iter().any(|d| !d.settings_keys.is_empty()));
+        assert!(DEMO.iter().any(|(p, _)| p.ends_with(".toml")), "a TOML manifest");
+        assert!(
+            DEMO.iter()
+                .any(|(p, t)| p.ends_with(".json") && t.trim_start().starts_with('[')),
+            "a group-array manifest"
+        );
+        for d in r.domains() {
+            for t in &d.tools {
+                let schema: serde_json::Value = serde_json::from_str(&t.input_schema_json).unwrap();
+                assert_eq!(schema["type"], "object", "{}", t.name);
+            }
+        }
+    }
+
+    #[test]
+    fn equal_content_gives_equal_versions_and_any_change_a_new_one() {
+        let a = Registry::demo();
+        let b = Registry::demo();
+        assert_eq!(a.version(), b.version());
+        let mut domains = a.domains().to_vec();
+        domains[0].tools[0].description.push('!');
+        let c = Registry::new(domains).unwrap();
+        assert_ne!(a.version(), c.version());
+    }
+
+    #[test]
+    fn keyword_ids_follow_domain_then_manifest_order() {
+        let r = Registry::demo();
+        let mut k = 0;
+        for (d, dom) in r.domains().iter().enumerate() {
+            for kw in &dom.keywords {
+                assert_eq!(r.keyword_domain(k), d);
+                assert_eq!(r.keyword(k), kw);
+                k += 1;
+            }
+        }
+        assert_eq!(r.keywords().count(), k);
+    }
+}

@@ -1,0 +1,247 @@
+//! The tonic `ToolRouter` service: checks requests, calls the shared [`State`], and turns
+//! domain types into proto messages. Errors become `Status` in one place (`error.rs`).
+
+use tonic::{Request, Response, Status};
+
+use crate::error::{Error, Result};
+use crate::proto::{self, tool_router_server::ToolRouter};
+use crate::registry::{Domain, DomainId, Registry, Tool};
+use crate::router::Reason;
+use crate::state::{State, View};
+
+/// Longest accepted `conversation_id`, in bytes.
+pub const MAX_CONVERSATION_ID_BYTES: usize = 256;
+
+/// The gRPC service; cloning is shallow.
+#[derive(Clone)]
+pub struct ToolRouterService {
+    state: State,
+}
+
+impl ToolRouterService {
+    /// A service over the shared state.
+    pub fn new(state: State) -> Self {
+        ToolRouterService { state }
+    }
+
+    fn check_message(&self, message: &str) -> Result<()> {
+        let limit = self.state.max_message_bytes();
+        if message.len() > limit {
+            return Err(Error::InvalidArgument(format!(
+                "'message' is {} bytes, over the limit of {limit} bytes (max_message_bytes).",
+                message.len()
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Checks a conversation id; `Ok(None)` when it is empty or whitespace-only.
+fn conversation_id(id: &str) -> Result<Option<&str>> {
+    if id.trim().is_empty() {
+        return Ok(None);
+    }
+    if id.len() > MAX_CONVERSATION_ID_BYTES {
+        return Err(Error::InvalidArgument(format!(
+            "'conversation_id' is {} bytes, over the limit of {MAX_CONVERSATION_ID_BYTES} bytes.",
+            id.len()
+        )));
+    }
+    if id.chars().any(char::is_control) {
+        return Err(Error::InvalidArgument(
+            "'conversation_id' must not contain control characters.".to_string(),
+        ));
+    }
+    Ok(Some(id))
+}
+
+fn required<'a>(value: &'a str, name: &str) -> Result<&'a str> {
+    if value.trim().is_empty() {
+        return Err(Error::InvalidArgument(format!(
+            "Required parameter '{name}' is missing."
+        )));
+    }
+    Ok(value)
+}
+
+fn tool(domain: &str, t: &Tool) -> proto::Tool {
+    proto::Tool {
+        name: t.name.clone(),
+        description: t.description.clone(),
+        input_schema_json: t.input_schema_json.clone(),
+        domain: domain.to_string(),
+        tier: t.tier.as_str().to_string(),
+    }
+}
+
+fn domain_tools(d: &Domain) -> impl Iterator<Item = proto::Tool> + '_ {
+    d.tools.iter().map(move |t| tool(&d.name, t))
+}
+
+fn group(view: &View, id: DomainId) -> proto::Group {
+    let d = view.registry.domain(id);
+    proto::Group {
+        name: d.name.clone(),
+        display_name: d.display_name.clone(),
+        description: d.description.clone(),
+        tool_count: d.tools.len() as u32,
+        core: d.core,
+        active: view.activation.is_active(id),
+        settings_keys: d.settings_keys.clone(),
+        keywords: d.keywords.clone(),
+    }
+}
+
+fn groups(view: &View) -> Vec<proto::Group> {
+    (0..view.registry.domains().len())
+        .map(|d| group(view, d))
+        .collect()
+}
+
+fn reason(r: Reason) -> proto::Reason {
+    match r {
+        Reason::Core => proto::Reason::Core,
+        Reason::Keyword => proto::Reason::Keyword,
+        Reason::Loaded => proto::Reason::Loaded,
+        Reason::Sticky => proto::Reason::Sticky,
+        Reason::Fallback => proto::Reason::Fallback,
+    }
+}
+
+fn domain_names(registry: &Registry, ids: impl Iterator<Item = DomainId>) -> Vec<String> {
+    ids.map(|d| registry.domain(d).name.clone()).collect()
+}
+
+#[tonic::async_trait]
+impl ToolRouter for ToolRouterService {
+    async fn route(
+        &self,
+        request: Request<proto::RouteRequest>,
+    ) -> Result<Response<proto::RouteResponse>, Status> {
+        let req = request.into_inner();
+        self.check_message(&req.message)?;
+        let conv = conversation_id(&req.conversation_id)?;
+        let (view, decision) = self.state.route(&req.message, conv).await?;
+        tracing::debug!(
+            message_bytes = req.message.len(),
+            domains = decision.domains.len(),
+            fallback = decision.fallback,
+            "routed"
+        );
+        let registry = &view.registry;
+        Ok(Response::new(proto::RouteResponse {
+            tools: decision
+                .tools(registry, &view.activation)
+                .map(|(d, t)| tool(d, t))
+                .collect(),
+            domains: decision
+                .domains
+                .iter()
+                .map(|inc| proto::DomainDecision {
+                    domain: registry.domain(inc.domain).name.clone(),
+                    reason: reason(inc.reason).into(),
+                    matched_keywords: inc
+                        .matched
+                        .iter()
+                        .map(|&k| registry.keyword(k).to_string())
+                        .collect(),
+                })
+                .collect(),
+            fallback: decision.fallback,
+            registry_version: registry.version(),
+        }))
+    }
+
+    async fn load_tool_group(
+        &self,
+        request: Request<proto::LoadToolGroupRequest>,
+    ) -> Result<Response<proto::LoadToolGroupResponse>, Status> {
+        let req = request.into_inner();
+        let id = required(&req.conversation_id, "conversation_id")?;
+        let group_name = required(&req.group_name, "group_name")?;
+        let id = conversation_id(id)?.unwrap_or(id);
+        let (view, load) = self.state.load_group(id, group_name).await?;
+        let d = view.registry.domain(load.domain);
+        tracing::info!(group = %d.name, already_loaded = load.already_loaded, "group loaded");
+        Ok(Response::new(proto::LoadToolGroupResponse {
+            group: Some(group(&view, load.domain)),
+            tools: domain_tools(d).collect(),
+            already_loaded: load.already_loaded,
+            text: crate::router::load_text(&view.registry, load.domain),
+        }))
+    }
+
+    async fn list_groups(
+        &self,
+        _request: Request<proto::ListGroupsRequest>,
+    ) -> Result<Response<proto::ListGroupsResponse>, Status> {
+        let view = self.state.view().await?;
+        Ok(Response::new(proto::ListGroupsResponse {
+            groups: groups(&view),
+            prompt_section: view.activation.prompt_section(&view.registry),
+            registry_version: view.registry.version(),
+        }))
+    }
+
+    async fn list_all_tools(
+        &self,
+        _request: Request<proto::ListAllToolsRequest>,
+    ) -> Result<Response<proto::ListAllToolsResponse>, Status> {
+        let view = self.state.view().await?;
+        let domains = view.registry.domains();
+        // Core domains first, then the rest; each part is already by name.
+        let ordered = domains
+            .iter()
+            .filter(|d| d.core)
+            .chain(domains.iter().filter(|d| !d.core));
+        Ok(Response::new(proto::ListAllToolsResponse {
+            tools: ordered.flat_map(domain_tools).collect(),
+            groups: groups(&view),
+            registry_version: view.registry.version(),
+        }))
+    }
+
+    async fn invalidate_settings(
+        &self,
+        _request: Request<proto::InvalidateSettingsRequest>,
+    ) -> Result<Response<proto::InvalidateSettingsResponse>, Status> {
+        let view = self.state.invalidate_settings().await?;
+        let active_domains = domain_names(&view.registry, view.activation.active());
+        tracing::info!(active = active_domains.len(), "settings invalidated");
+        Ok(Response::new(proto::InvalidateSettingsResponse {
+            active_domains,
+        }))
+    }
+
+    async fn reset_conversation(
+        &self,
+        request: Request<proto::ResetConversationRequest>,
+    ) -> Result<Response<proto::ResetConversationResponse>, Status> {
+        let req = request.into_inner();
+        let id = required(&req.conversation_id, "conversation_id")?;
+        let id = conversation_id(id)?.unwrap_or(id);
+        self.state.reset_conversation(id).await?;
+        Ok(Response::new(proto::ResetConversationResponse {}))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn conversation_ids_are_checked_for_length_and_control_characters() {
+        assert_eq!(conversation_id("").unwrap(), None);
+        assert_eq!(conversation_id(" \t").unwrap(), None);
+        assert_eq!(conversation_id("abc").unwrap(), Some("abc"));
+        assert!(
+            conversation_id(&"x".repeat(256)).is_ok(),
+            "exactly the limit is accepted"
+        );
+        let long = conversation_id(&"x".repeat(257)).unwrap_err().to_string();
+        assert!(long.contains("256 bytes"), "{long}");
+        let ctrl = conversation_id("a\u{7}b").unwrap_err().to_string();
+        assert!(ctrl.contains("control characters"), "{ctrl}");
+        assert!(conversation_id("a\u{85}b").is_err(), "C1 controls are Cc too");
+    }
+}

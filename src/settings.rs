@@ -1,0 +1,160 @@
+//! The settings snapshot: every row of the `settings` table, read at once and cached for the
+//! TTL. `invalidate` re-reads at once; without it a change becomes visible within one TTL.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+
+use crate::db::Db;
+use crate::error::Result;
+
+/// All settings rows at one moment.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Snapshot {
+    values: HashMap<String, String>,
+}
+
+impl Snapshot {
+    /// A snapshot of these rows.
+    pub fn new(rows: impl IntoIterator<Item = (String, String)>) -> Snapshot {
+        Snapshot {
+            values: rows.into_iter().collect(),
+        }
+    }
+
+    /// True when `key` has a value that is not empty after trimming Unicode whitespace.
+    pub fn is_set(&self, key: &str) -> bool {
+        self.values.get(key).is_some_and(|v| !v.trim().is_empty())
+    }
+}
+
+struct Cached {
+    snapshot: Arc<Snapshot>,
+    read_at: Instant,
+}
+
+/// The TTL cache in front of the settings table. Readers never lock: they load the current
+/// snapshot; only a stale read takes the refresh lock, and concurrent stale readers wait for
+/// one re-read instead of each querying.
+pub struct SettingsCache {
+    db: Db,
+    ttl: Duration,
+    current: ArcSwap<Cached>,
+    refresh: tokio::sync::Mutex<()>,
+}
+
+impl SettingsCache {
+    /// Reads the table once and caches it.
+    ///
+    /// # Errors
+    /// When the first read fails.
+    pub async fn new(db: Db, ttl: Duration) -> Result<SettingsCache> {
+        let snapshot = Arc::new(Snapshot::new(db.read_settings().await?));
+        let current = ArcSwap::from_pointee(Cached {
+            snapshot,
+            read_at: Instant::now(),
+        });
+        Ok(SettingsCache {
+            db,
+            ttl,
+            current,
+            refresh: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    /// The cached snapshot, re-read first when older than the TTL.
+    ///
+    /// # Errors
+    /// When a due re-read fails.
+    pub async fn get(&self) -> Result<Arc<Snapshot>> {
+        let cached = self.current.load();
+        if cached.read_at.elapsed() < self.ttl {
+            return Ok(cached.snapshot.clone());
+        }
+        drop(cached);
+        let _guard = self.refresh.lock().await;
+        let cached = self.current.load();
+        if cached.read_at.elapsed() < self.ttl {
+            return Ok(cached.snapshot.clone());
+        }
+        self.reread().await
+    }
+
+    /// Drops the cache and re-reads the table at once.
+    ///
+    /// # Errors
+    /// When the re-read fails.
+    pub async fn invalidate(&self) -> Result<Arc<Snapshot>> {
+        let _guard = self.refresh.lock().await;
+        self.reread().await
+    }
+
+    async fn reread(&self) -> Result<Arc<Snapshot>> {
+        let snapshot = Arc::new(Snapshot::new(self.db.read_settings().await?));
+        self.current.store(Arc::new(Cached {
+            snapshot: snapshot.clone(),
+            read_at: Instant::now(),
+        }));
+        Ok(snapshot)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_empty_or_whitespace_value_counts_as_unset() {
+        let s = Snapshot::new([
+            ("a".to_string(), "x".to_string()),
+            ("b".to_string(), String::new()),
+            ("c".to_string(), " \t\n\u{3000}\u{a0}".to_string()),
+            ("d".to_string(), " y ".to_string()),
+        ]);
+        assert!(s.is_set("a"));
+        assert!(!s.is_set("b"));
+        assert!(!s.is_set("c"), "Unicode whitespace is trimmed");
+        assert!(s.is_set("d"));
+        assert!(!s.is_set("missing"));
+    }
+
+    /// A second connection, as a settings UI would, writes the file the cache reads.
+    async fn setup(ttl: Duration) -> (tempfile::TempDir, SettingsCache, Db) {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("s.db").display());
+        let daemon = Db::connect(&url).await.unwrap();
+        let ui = Db::connect(&url).await.unwrap();
+        (dir, SettingsCache::new(daemon, ttl).await.unwrap(), ui)
+    }
+
+    #[tokio::test]
+    async fn a_change_is_visible_at_once_after_invalidation() {
+        let (_dir, cache, ui) = setup(Duration::from_secs(3600)).await;
+        assert!(!cache.get().await.unwrap().is_set("k"));
+        ui.set_setting("k", "v").await.unwrap();
+        assert!(
+            !cache.get().await.unwrap().is_set("k"),
+            "cached until the TTL or an invalidation"
+        );
+        assert!(cache.invalidate().await.unwrap().is_set("k"));
+        assert!(cache.get().await.unwrap().is_set("k"));
+    }
+
+    #[tokio::test]
+    async fn a_change_is_visible_after_the_ttl_without_invalidation() {
+        let ttl = Duration::from_millis(200);
+        let (_dir, cache, ui) = setup(ttl).await;
+        assert!(!cache.get().await.unwrap().is_set("k"));
+        ui.set_setting("k", "v").await.unwrap();
+        tokio::time::sleep(ttl + Duration::from_millis(50)).await;
+        assert!(cache.get().await.unwrap().is_set("k"));
+        ui.set_setting("k", "   ").await.unwrap();
+        tokio::time::sleep(ttl + Duration::from_millis(50)).await;
+        assert!(
+            !cache.get().await.unwrap().is_set("k"),
+            "whitespace counts as unset"
+        );
+    }
+}

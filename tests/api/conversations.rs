@@ -1,0 +1,128 @@
+use tonic::Code;
+use toolrouter::proto::ResetConversationRequest;
+
+use crate::helpers::{config, decisions, spawn_app, temp_dir};
+
+#[tokio::test]
+async fn keyword_hits_stick_to_the_conversation_in_join_order() {
+    let dir = temp_dir();
+    let mut app = spawn_app(config(dir.path())).await;
+    for key in ["sonarr_url", "radarr_url", "qbittorrent_url"] {
+        app.set(key, "x").await;
+    }
+    let names = |r: &toolrouter::proto::RouteResponse| -> Vec<(String, &'static str)> {
+        decisions(r).into_iter().map(|(d, why, _)| (d, why)).collect()
+    };
+    let t1 = app.route("add the movie", "c1").await;
+    assert_eq!(names(&t1)[1..], [("radarr".into(), "REASON_KEYWORD")]);
+    // Joined on the same turn: by name.
+    let t2 = app.route("torrent of the next episode", "c1").await;
+    assert_eq!(
+        names(&t2)[1..],
+        [
+            ("radarr".into(), "REASON_STICKY"),
+            ("qbittorrent".into(), "REASON_KEYWORD"),
+            ("sonarr".into(), "REASON_KEYWORD")
+        ]
+    );
+    // Nothing hits now, but sticky domains stop the fallback and keep their order.
+    let t3 = app.route("thanks!", "c1").await;
+    assert!(!t3.fallback);
+    assert_eq!(
+        names(&t3)[1..],
+        [
+            ("radarr".into(), "REASON_STICKY"),
+            ("qbittorrent".into(), "REASON_STICKY"),
+            ("sonarr".into(), "REASON_STICKY")
+        ]
+    );
+    // Without a conversation the same message falls back.
+    assert!(app.route("thanks!", "").await.fallback);
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_conversations_groups_survive_a_server_restart_on_the_same_database() {
+    let dir = temp_dir();
+    let c = config(dir.path());
+    let mut app = spawn_app(c.clone()).await;
+    app.set("sonarr_url", "x").await;
+    app.set("radarr_url", "x").await;
+    app.load("c1", "sonarr").await.unwrap();
+    app.route("a movie please", "c1").await;
+    app.stop().await;
+
+    let mut again = spawn_app(c).await;
+    assert!(again.load("c1", "sonarr").await.unwrap().already_loaded);
+    let r = again.route("hello", "c1").await;
+    assert_eq!(
+        decisions(&r)[1..],
+        [
+            ("sonarr".into(), "REASON_LOADED", vec![]),
+            ("radarr".into(), "REASON_STICKY", vec![])
+        ]
+    );
+    again.stop().await;
+}
+
+#[tokio::test]
+async fn reset_forgets_a_conversation_and_an_empty_id_is_invalid() {
+    let dir = temp_dir();
+    let mut app = spawn_app(config(dir.path())).await;
+    app.set("sonarr_url", "x").await;
+    app.load("c1", "sonarr").await.unwrap();
+    app.client
+        .reset_conversation(ResetConversationRequest {
+            conversation_id: "c1".into(),
+        })
+        .await
+        .unwrap();
+    assert!(!app.load("c1", "sonarr").await.unwrap().already_loaded);
+    app.client
+        .reset_conversation(ResetConversationRequest {
+            conversation_id: "never-seen".into(),
+        })
+        .await
+        .unwrap();
+    let err = app
+        .client
+        .reset_conversation(ResetConversationRequest {
+            conversation_id: " ".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert_eq!(err.message(), "Required parameter 'conversation_id' is missing.");
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn an_idle_conversation_is_forgotten_after_the_conversation_ttl() {
+    let dir = temp_dir();
+    let mut c = config(dir.path());
+    c.conversation_ttl = std::time::Duration::from_millis(300);
+    let mut app = spawn_app(c).await;
+    app.set("sonarr_url", "x").await;
+    app.load("c1", "sonarr").await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(700)).await;
+    assert!(!app.load("c1", "sonarr").await.unwrap().already_loaded);
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_route_that_changes_nothing_writes_nothing() {
+    let dir = temp_dir();
+    let mut app = spawn_app(config(dir.path())).await;
+    app.set("sonarr_url", "x").await;
+    app.route("hello", "quiet-conv").await;
+    assert_eq!(app.ui.load_conversation("quiet-conv").await.unwrap(), None);
+    app.route("next episode", "quiet-conv").await;
+    let (_, members) = app
+        .ui
+        .load_conversation("quiet-conv")
+        .await
+        .unwrap()
+        .expect("the hit was written");
+    assert_eq!(members.len(), 1);
+    app.stop().await;
+}

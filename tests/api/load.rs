@@ -1,0 +1,127 @@
+use tonic::Code;
+
+use crate::helpers::{config, spawn_app, temp_dir};
+
+#[tokio::test]
+async fn missing_parameters_are_invalid_with_the_exact_text_conversation_first() {
+    let dir = temp_dir();
+    let mut app = spawn_app(config(dir.path())).await;
+    let cases = [
+        ("", "", "Required parameter 'conversation_id' is missing."),
+        ("  ", "sonarr", "Required parameter 'conversation_id' is missing."),
+        ("c1", "", "Required parameter 'group_name' is missing."),
+        ("c1", " \t", "Required parameter 'group_name' is missing."),
+    ];
+    for (conv, group, text) in cases {
+        let err = app.load(conv, group).await.unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument, "{conv:?} {group:?}");
+        assert_eq!(err.message(), text);
+    }
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn an_unknown_group_is_not_found_and_lists_the_available_groups() {
+    let dir = temp_dir();
+    let mut app = spawn_app(config(dir.path())).await;
+    app.set("sonarr_url", "x").await;
+    app.set("docker_host", "unix:///var/run/docker.sock").await;
+    let err = app.load("c1", "nope").await.unwrap_err();
+    assert_eq!(err.code(), Code::NotFound);
+    assert_eq!(
+        err.message(),
+        "Tool group 'nope' not found. Available groups: docker, sonarr"
+    );
+    let err = app.load("c1", "Sonarr").await.unwrap_err();
+    assert_eq!(err.code(), Code::NotFound, "group names are case-sensitive");
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn an_inactive_group_is_a_failed_precondition_naming_its_keys() {
+    let dir = temp_dir();
+    let mut app = spawn_app(config(dir.path())).await;
+    let err = app.load("c1", "sonarr").await.unwrap_err();
+    assert_eq!(err.code(), Code::FailedPrecondition);
+    assert_eq!(
+        err.message(),
+        "Tool group 'sonarr' is not configured: set one of sonarr_url, sonarr_api_key."
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_group_without_tools_is_a_failed_precondition() {
+    let dir = temp_dir();
+    let registry = toolrouter::registry::Registry::from_sources([
+        (
+            "base.json",
+            r#"{"name":"base","core":true,"tools":[{"name":"b","description":"B"}]}"#,
+        ),
+        ("hollow.json", r#"{"name":"hollow","keywords":["hollow"]}"#),
+    ])
+    .unwrap();
+    let mut app = crate::helpers::spawn_app_with(config(dir.path()), registry).await;
+    let err = app.load("c1", "hollow").await.unwrap_err();
+    assert_eq!(err.code(), Code::FailedPrecondition);
+    assert_eq!(err.message(), "Tool group 'hollow' has no available tools.");
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_load_answers_the_tools_and_text_and_is_idempotent() {
+    let dir = temp_dir();
+    let mut app = spawn_app(config(dir.path())).await;
+    app.set("qbittorrent_url", "x").await;
+    let first = app.load("c1", "qbittorrent").await.unwrap();
+    assert!(!first.already_loaded);
+    let group = first.group.clone().unwrap();
+    assert_eq!(
+        (group.name.as_str(), group.active, group.core),
+        ("qbittorrent", true, false)
+    );
+    assert_eq!(group.tool_count as usize, first.tools.len());
+    let mut expected = format!("Loaded {} tools from group 'qBittorrent':", first.tools.len());
+    for t in &first.tools {
+        expected.push_str(&format!("\n- {}: {}", t.name, t.description));
+    }
+    assert_eq!(first.text, expected);
+    assert!(first.tools.iter().all(|t| t.domain == "qbittorrent"));
+
+    let second = app.load("c1", "qbittorrent").await.unwrap();
+    assert!(second.already_loaded);
+    assert_eq!(second.tools, first.tools);
+    assert_eq!(second.text, first.text);
+    assert!(
+        !app.load("c2", "qbittorrent").await.unwrap().already_loaded,
+        "per conversation"
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn loading_a_core_domain_succeeds_as_already_loaded() {
+    let dir = temp_dir();
+    let mut app = spawn_app(config(dir.path())).await;
+    let r = app.load("c1", "system").await.unwrap();
+    assert!(r.already_loaded);
+    assert!(r.text.starts_with("Loaded "));
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_loaded_group_comes_with_every_turn_of_its_conversation_only() {
+    let dir = temp_dir();
+    let mut app = spawn_app(config(dir.path())).await;
+    app.set("sonarr_url", "x").await;
+    app.set("radarr_url", "x").await;
+    app.load("c1", "sonarr").await.unwrap();
+    let r = app.route("play a movie", "c1").await;
+    let reasons = crate::helpers::decisions(&r);
+    assert_eq!(reasons[1].0, "sonarr");
+    assert_eq!(reasons[1].1, "REASON_LOADED");
+    assert_eq!(reasons[2].0, "radarr");
+    let other = app.route("play a movie", "c2").await;
+    assert!(crate::helpers::decisions(&other).iter().all(|d| d.0 != "sonarr"));
+    app.stop().await;
+}

@@ -1,0 +1,207 @@
+use tonic::Code;
+use toolrouter::proto::RouteRequest;
+
+use crate::helpers::{config, decisions, spawn_app, temp_dir};
+
+fn kw(list: &[&str]) -> Vec<String> {
+    list.iter().map(|s| s.to_string()).collect()
+}
+
+#[tokio::test]
+async fn a_keyword_hit_on_an_activated_domain_routes_core_plus_that_domain() {
+    let dir = temp_dir();
+    let mut app = spawn_app(config(dir.path())).await;
+
+    let before = app.route("are my torrents seeding?", "").await;
+    assert!(before.fallback, "qbittorrent is inactive, so nothing hits");
+    assert_eq!(decisions(&before), vec![("system".into(), "REASON_CORE", vec![])]);
+
+    app.set("qbittorrent_url", "http://nas:8080").await;
+    let r = app.route("are my torrents seeding?", "").await;
+    assert!(!r.fallback);
+    assert_eq!(
+        decisions(&r),
+        vec![
+            ("system".into(), "REASON_CORE", vec![]),
+            (
+                "qbittorrent".into(),
+                "REASON_KEYWORD",
+                kw(&["torrent", "seeding"])
+            ),
+        ]
+    );
+    assert_eq!(r.tools[0].name, "load_tool_group");
+    assert_eq!(r.tools[0].domain, "");
+    let schema: serde_json::Value = serde_json::from_str(&r.tools[0].input_schema_json).unwrap();
+    assert_eq!(
+        schema["properties"]["group_name"]["enum"],
+        serde_json::json!(["qbittorrent"])
+    );
+    let domains: Vec<&str> = r.tools[1..].iter().map(|t| t.domain.as_str()).collect();
+    let system = domains.iter().take_while(|d| **d == "system").count();
+    assert!(system > 0 && domains[system..].iter().all(|d| *d == "qbittorrent"));
+    assert_ne!(r.registry_version, 0);
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn without_a_hit_every_active_fallback_domain_comes_in() {
+    let dir = temp_dir();
+    let mut app = spawn_app(config(dir.path())).await;
+    app.set("sonarr_url", "http://nas:8989").await;
+    app.set("proxmox_url", "https://pve:8006").await; // fallback = false in the demo
+    app.set("radarr_url", "").await; // blank counts as unset
+    let r = app.route("hello there", "").await;
+    assert!(r.fallback);
+    assert_eq!(
+        decisions(&r),
+        vec![
+            ("system".into(), "REASON_CORE", vec![]),
+            ("sonarr".into(), "REASON_FALLBACK", vec![])
+        ]
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn the_core_only_fallback_policy_sends_only_core_tools() {
+    let dir = temp_dir();
+    let mut c = config(dir.path());
+    c.fallback = toolrouter::router::FallbackPolicy::CoreOnly;
+    let mut app = spawn_app(c).await;
+    app.set("sonarr_url", "http://nas:8989").await;
+    let r = app.route("hello there", "").await;
+    assert!(r.fallback);
+    assert_eq!(decisions(&r), vec![("system".into(), "REASON_CORE", vec![])]);
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn the_meta_tool_can_be_turned_off() {
+    let dir = temp_dir();
+    let mut c = config(dir.path());
+    c.expose_load_tool_group = false;
+    let mut app = spawn_app(c).await;
+    app.set("sonarr_url", "x").await;
+    let r = app.route("hello", "").await;
+    assert!(r.tools.iter().all(|t| t.name != "load_tool_group"));
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn substring_mode_hits_inside_words() {
+    let dir = temp_dir();
+    let mut c = config(dir.path());
+    c.keyword_match = toolrouter::matcher::MatchMode::Substring;
+    let mut app = spawn_app(c).await;
+    app.set("home_assistant_url", "x").await;
+    let word = app.route("highlight the text", "").await;
+    assert_eq!(
+        decisions(&word)[1],
+        ("home_assistant".into(), "REASON_KEYWORD", kw(&["light"]))
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_message_over_the_limit_is_invalid_and_exactly_the_limit_is_accepted() {
+    let dir = temp_dir();
+    let mut c = config(dir.path());
+    c.max_message_bytes = 1000;
+    let mut app = spawn_app(c).await;
+    let ok = app
+        .client
+        .route(RouteRequest {
+            message: "a".repeat(1000),
+            conversation_id: String::new(),
+        })
+        .await;
+    assert!(ok.is_ok(), "{ok:?}");
+    let err = app
+        .client
+        .route(RouteRequest {
+            message: "a".repeat(1001),
+            conversation_id: String::new(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert_eq!(
+        err.message(),
+        "'message' is 1001 bytes, over the limit of 1000 bytes (max_message_bytes)."
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_request_far_over_the_limit_is_refused_before_decoding() {
+    let dir = temp_dir();
+    let mut c = config(dir.path());
+    c.max_message_bytes = 1000;
+    let mut app = spawn_app(c).await;
+    let err = app
+        .client
+        .route(RouteRequest {
+            message: "a".repeat(100_000),
+            conversation_id: String::new(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::OutOfRange, "{err:?}");
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_bad_conversation_id_is_invalid_and_says_which_limit() {
+    let dir = temp_dir();
+    let mut app = spawn_app(config(dir.path())).await;
+    let cases = [
+        (
+            "x".repeat(257),
+            "'conversation_id' is 257 bytes, over the limit of 256 bytes.",
+        ),
+        (
+            "a\nb".to_string(),
+            "'conversation_id' must not contain control characters.",
+        ),
+    ];
+    for (id, message) in cases {
+        let err = app
+            .client
+            .route(RouteRequest {
+                message: "hi".into(),
+                conversation_id: id.clone(),
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument, "{id:?}");
+        assert_eq!(err.message(), message);
+    }
+    assert!(
+        app.client
+            .route(RouteRequest {
+                message: "hi".into(),
+                conversation_id: "x".repeat(256)
+            })
+            .await
+            .is_ok()
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn cjk_and_emoji_messages_route_without_false_hits() {
+    let dir = temp_dir();
+    let mut app = spawn_app(config(dir.path())).await;
+    for key in ["qbittorrent_url", "home_assistant_url", "audiobookshelf_url"] {
+        app.set(key, "x").await;
+    }
+    let r = app.route("灯りを消して 💡🔥 ライト", "").await;
+    assert!(r.fallback);
+    let r = app.route("Spiel das HÖRBUCH weiter", "").await;
+    assert_eq!(
+        decisions(&r)[1],
+        ("audiobookshelf".into(), "REASON_KEYWORD", kw(&["hörbuch"]))
+    );
+    app.stop().await;
+}
