@@ -84,6 +84,12 @@ pub enum Command {
         #[arg(required = true)]
         dirs: Vec<PathBuf>,
     },
+    /// Benchmark tools: the gRPC load generator and the transport-floor server.
+    Bench {
+        /// Which tool.
+        #[command(subcommand)]
+        command: BenchCommand,
+    },
     /// Edit the settings table, then ask a running daemon to invalidate (best effort).
     Settings {
         /// What to do with the table.
@@ -112,6 +118,47 @@ pub struct ClientArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `bench` tools.
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// Send `Route` requests for a fixed time and report requests/s and latency percentiles.
+    Grpc {
+        /// The server's URL.
+        #[arg(long, default_value = DEFAULT_ADDR)]
+        addr: String,
+        /// How long to measure, e.g. `10s`.
+        #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+        duration: Duration,
+        /// Requests in flight at once.
+        #[arg(long, default_value_t = 1)]
+        concurrency: usize,
+        /// Messages, one per line (a JSON string, a JSON object with `query`, or text)
+        /// [default: the demo workload's messages].
+        #[arg(long)]
+        messages: Option<PathBuf>,
+    },
+    /// Serve `Route` with one prebuilt answer of the daemon's size: the transport floor.
+    BaselineServer {
+        /// The same registry, database and listen flags as `serve`.
+        #[command(flatten)]
+        serve: Box<ServeArgs>,
+        /// The messages the load generator will send; the answer of median size is served.
+        #[arg(long)]
+        messages: Option<PathBuf>,
+    },
+    /// Write a benchmark workload as manifests and a messages file, to serve it for real.
+    Export {
+        /// `demo`, `seal`, `stb` or `scale-N` (N tools).
+        workload: String,
+        /// Folder to write `manifests/` and `messages.jsonl` into.
+        #[arg(long)]
+        out: PathBuf,
+        /// The eval data folder.
+        #[arg(long, env = "TOOLROUTER_EVAL_DIR", default_value = "../shared/eval")]
+        eval: PathBuf,
+    },
 }
 
 /// `settings` actions.
@@ -171,6 +218,9 @@ pub struct ServeArgs {
     /// Log format [default: text].
     #[arg(long, env = "TOOLROUTER_LOG_FORMAT", value_enum)]
     pub log_format: Option<LogFormat>,
+    /// Print the effective configuration as TOML and exit.
+    #[arg(long)]
+    pub print_config: bool,
 }
 
 impl ServeArgs {
@@ -268,6 +318,7 @@ pub async fn run(cli: Cli) -> ExitCode {
             database,
             addr,
         } => settings(action, &database, &addr).await,
+        Command::Bench { command } => bench(command).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -291,14 +342,22 @@ fn init_tracing(format: LogFormat) {
     };
 }
 
-async fn serve(args: &ServeArgs) -> Result<(), Failure> {
-    let config = args.config()?;
-    init_tracing(config.log_format);
-    let registry = if config.manifests.is_empty() {
+fn load_registry(config: &Config) -> Result<Registry, Failure> {
+    Ok(if config.manifests.is_empty() {
         Registry::demo()
     } else {
         Registry::load_dirs(&config.manifests)?
-    };
+    })
+}
+
+async fn serve(args: &ServeArgs) -> Result<(), Failure> {
+    let config = args.config()?;
+    if args.print_config {
+        out!("{}", config.to_toml());
+        return Ok(());
+    }
+    init_tracing(config.log_format);
+    let registry = load_registry(&config)?;
     tracing::info!(
         listen = %config.listen,
         database = %config.database,
@@ -648,5 +707,118 @@ async fn settings(action: SettingsAction, database: &str, addr: &str) -> Result<
             out!("note: no answer from {addr} (the daemon will see the change within its settings TTL)")
         }
     }
+    Ok(())
+}
+
+fn bench_messages(path: Option<&std::path::Path>) -> Result<Vec<String>, Failure> {
+    match path {
+        Some(p) => Ok(crate::bench::grpc::read_messages(p)?),
+        None => Ok(crate::bench::eval::demo().messages),
+    }
+}
+
+async fn bench(command: BenchCommand) -> Result<(), Failure> {
+    match command {
+        BenchCommand::Grpc {
+            addr,
+            duration,
+            concurrency,
+            messages,
+        } => {
+            if concurrency == 0 {
+                return Err(Failure::config("--concurrency must be at least 1"));
+            }
+            let messages = bench_messages(messages.as_deref())?;
+            let r = crate::bench::grpc::run(&addr, duration, concurrency, messages).await?;
+            out!(
+                "{:.0} requests/s, p50 {} µs, p99 {} µs, p99.9 {} µs, {} errors ({} ok, concurrency {}, {:.1} s)",
+                r.requests_per_sec,
+                r.p50_us,
+                r.p99_us,
+                r.p999_us,
+                r.errors,
+                r.ok,
+                r.concurrency,
+                r.seconds
+            );
+            out!("{}", serde_json::to_string(&r).unwrap_or_default());
+            if r.errors > 0 {
+                return Err(Failure::runtime(format!("{} requests failed", r.errors)));
+            }
+            Ok(())
+        }
+        BenchCommand::BaselineServer { serve, messages } => {
+            baseline_server(&serve, messages.as_deref()).await
+        }
+        BenchCommand::Export { workload, out, eval } => export(&workload, &out, &eval),
+    }
+}
+
+async fn baseline_server(serve: &ServeArgs, messages: Option<&std::path::Path>) -> Result<(), Failure> {
+    use crate::proto::tool_router_server::ToolRouter as _;
+    let config = serve.config()?;
+    init_tracing(config.log_format);
+    let registry = load_registry(&config)?;
+    let messages = bench_messages(messages)?;
+    // The daemon's own answers, through the real service, fix the size of the fixed answer.
+    let state = State::new(registry, &config).await?;
+    let real = crate::service::ToolRouterService::new(state.clone());
+    let mut answers = Vec::new();
+    for message in messages.into_iter().take(1000) {
+        let req = tonic::Request::new(proto::RouteRequest {
+            message,
+            conversation_id: String::new(),
+        });
+        answers.push(real.route(req).await?.into_inner());
+    }
+    state.close().await;
+    let baseline = crate::bench::baseline::BaselineService::from_answers(answers)
+        .ok_or_else(|| Failure::config("no messages to build the baseline answer from"))?;
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .map_err(|e| Failure::runtime(format!("cannot listen on {}: {e}", config.listen)))?;
+    tracing::info!(listen = %config.listen, response_bytes = baseline.response_bytes(), "baseline serving");
+    let (reporter, health) = tonic_health::server::health_reporter();
+    reporter
+        .set_service_status("", tonic_health::ServingStatus::Serving)
+        .await;
+    tonic::transport::Server::builder()
+        .add_service(health)
+        .add_service(proto::tool_router_server::ToolRouterServer::new(baseline))
+        .serve_with_incoming_shutdown(
+            tokio_stream::wrappers::TcpListenerStream::new(listener),
+            shutdown_signal(),
+        )
+        .await
+        .map_err(|e| Failure::runtime(format!("server failed: {e}")))
+}
+
+fn export(workload: &str, out: &std::path::Path, eval: &std::path::Path) -> Result<(), Failure> {
+    use crate::bench::eval as w;
+    let load = match workload {
+        "demo" => w::demo(),
+        "seal" => w::seal(eval)?,
+        "stb" => w::stb(eval)?,
+        other => match other.strip_prefix("scale-").and_then(|n| n.parse().ok()) {
+            Some(n) => w::scale(n),
+            None => {
+                return Err(Failure::config(format!(
+                    "unknown workload {other:?}: use demo, seal, stb or scale-N"
+                )));
+            }
+        },
+    };
+    let io = |e: std::io::Error| Failure::runtime(format!("cannot write to {}: {e}", out.display()));
+    let manifests = out.join("manifests");
+    std::fs::create_dir_all(&manifests).map_err(io)?;
+    w::write_manifests(&load.registry, &manifests).map_err(io)?;
+    w::write_messages(&load.messages, &out.join("messages.jsonl")).map_err(io)?;
+    out!(
+        "wrote {} domains, {} tools and {} messages to {}",
+        load.registry.domains().len(),
+        load.registry.tool_count(),
+        load.messages.len(),
+        out.display()
+    );
     Ok(())
 }

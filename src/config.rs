@@ -73,7 +73,38 @@ fn duration<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Duration, D:
     humantime::parse_duration(&s).map_err(serde::de::Error::custom)
 }
 
+/// The spelling of a value-enum value on the command line and in config files.
+fn name<T: clap::ValueEnum>(v: &T) -> String {
+    v.to_possible_value()
+        .map(|p| p.get_name().to_string())
+        .unwrap_or_default()
+}
+
 impl Config {
+    /// The configuration as a TOML file `--config` would accept.
+    pub fn to_toml(&self) -> String {
+        let manifests: Vec<String> = self
+            .manifests
+            .iter()
+            .map(|p| format!("{:?}", p.display().to_string()))
+            .collect();
+        format!(
+            "listen = \"{}\"\ndatabase = {:?}\nmanifests = [{}]\nsettings_ttl = \"{}\"\nfallback = \"{}\"\n\
+             keyword_match = \"{}\"\nexpose_load_tool_group = {}\nconversation_ttl = \"{}\"\n\
+             max_message_bytes = {}\nlog_format = \"{}\"",
+            self.listen,
+            self.database,
+            manifests.join(", "),
+            humantime::format_duration(self.settings_ttl),
+            name(&self.fallback),
+            name(&self.keyword_match),
+            self.expose_load_tool_group,
+            humantime::format_duration(self.conversation_ttl),
+            self.max_message_bytes,
+            name(&self.log_format),
+        )
+    }
+
     /// Defaults, overlaid with the TOML file when one is given.
     ///
     /// # Errors
@@ -111,6 +142,22 @@ mod tests {
             Duration::from_secs(86400),
             "untouched keys keep defaults"
         );
+    }
+
+    #[test]
+    fn the_printed_config_reads_back_as_the_same_config() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        let c = Config {
+            manifests: vec![PathBuf::from("a b"), PathBuf::from("c")],
+            settings_ttl: Duration::from_millis(1500),
+            fallback: FallbackPolicy::CoreOnly,
+            ..Config::default()
+        };
+        std::fs::write(&path, c.to_toml()).unwrap();
+        let back = Config::load(Some(&path)).unwrap();
+        assert_eq!(back.to_toml(), c.to_toml());
+        assert_eq!(back.settings_ttl, c.settings_ttl);
     }
 
     #[test]

@@ -18,6 +18,7 @@
 //! - [`config`] and [`cli`]: configuration layers and the command line.
 #![warn(missing_docs)]
 
+pub mod bench;
 pub mod cli;
 pub mod config;
 pub mod conversations;

@@ -72,3 +72,56 @@ fn a_wrong_flag_exits_2_and_an_unreachable_daemon_exits_1_with_one_line() {
     );
     assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
 }
+
+#[test]
+fn configuration_layers_apply_defaults_then_file_then_environment_then_flags() {
+    let dir = temp_dir();
+    let file = dir.path().join("c.toml");
+    std::fs::write(
+        &file,
+        "settings_ttl = \"3s\"\nfallback = \"core-only\"\nmax_message_bytes = 100\n",
+    )
+    .unwrap();
+    let out = Command::new(BIN)
+        .args(["serve", "--print-config", "--config"])
+        .arg(&file)
+        .args(["--max-message-bytes", "300"])
+        .env("TOOLROUTER_FALLBACK", "all-active")
+        .env("TOOLROUTER_MAX_MESSAGE_BYTES", "200")
+        .env_remove("TOOLROUTER_SETTINGS_TTL")
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let printed = String::from_utf8_lossy(&out.stdout);
+    for line in [
+        "listen = \"127.0.0.1:50051\"", // default
+        "settings_ttl = \"3s\"",        // file over default
+        "fallback = \"all-active\"",    // environment over file
+        "max_message_bytes = 300",      // flag over environment
+        "conversation_ttl = \"1day\"",  // default
+    ] {
+        assert!(
+            printed.lines().any(|l| l == line),
+            "missing {line:?} in:\n{printed}"
+        );
+    }
+}
+
+#[test]
+fn a_bad_config_file_exits_2_naming_the_key() {
+    let dir = temp_dir();
+    let file = dir.path().join("c.toml");
+    std::fs::write(&file, "fallbak = \"core-only\"\n").unwrap();
+    let out = Command::new(BIN)
+        .args(["serve", "--print-config", "--config"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("fallbak"));
+}

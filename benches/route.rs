@@ -1,0 +1,188 @@
+//! `route()` against the bare keyword scan, per workload (see `toolrouter::bench::eval`).
+//!
+//! One criterion group per workload (`demo`, `seal`, `stb`, `scale-100`, `scale-1000`,
+//! `scale-10000`), each with `route` (every message through `route()`) and `scan` (every
+//! message through `Matcher::count_raw`, the automaton floor); throughput is per message.
+//! After criterion, a plain timing loop prints per-message medians, the route/scan ratio and
+//! the route-time slope from `scale-100` to `scale-10000`, for each workload the filter let
+//! run.
+//!
+//! The eval sets are read from `TOOLROUTER_EVAL_DIR`, or `../shared/eval` beside the crate;
+//! `seal` and `stb` are skipped with a note when they are missing.
+//!
+//! ```text
+//! cargo bench --bench route            # everything
+//! cargo bench --bench route -- scale   # only the scale workloads
+//! ```
+
+use std::cell::Cell;
+use std::hint::black_box;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use criterion::{Criterion, Throughput};
+use toolrouter::bench::eval::{self, Workload};
+use toolrouter::matcher::{MatchMode, Matcher};
+use toolrouter::router::{Activation, Options, route};
+
+/// A workload with its automaton and activation built once.
+struct Prepared {
+    workload: Workload,
+    matcher: Matcher,
+    activation: Activation,
+}
+
+impl Prepared {
+    fn new(workload: Workload) -> Prepared {
+        let matcher = Matcher::new(workload.registry.keywords(), MatchMode::Word)
+            .unwrap_or_else(|e| panic!("{}: {e}", workload.name));
+        let activation = Activation::new(&workload.registry, &workload.settings);
+        Prepared {
+            workload,
+            matcher,
+            activation,
+        }
+    }
+
+    /// One pass of `route()` over every message.
+    fn route_pass(&self, options: &Options) {
+        let w = &self.workload;
+        for m in &w.messages {
+            black_box(route(
+                &w.registry,
+                &self.matcher,
+                &self.activation,
+                None,
+                black_box(m.as_str()),
+                options,
+            ));
+        }
+    }
+
+    /// One pass of the bare automaton scan over every message.
+    fn scan_pass(&self) {
+        for m in &self.workload.messages {
+            black_box(self.matcher.count_raw(black_box(m.as_str())));
+        }
+    }
+}
+
+fn eval_dir() -> PathBuf {
+    std::env::var_os("TOOLROUTER_EVAL_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/eval")))
+}
+
+fn workloads() -> Vec<Prepared> {
+    let dir = eval_dir();
+    let mut out = vec![Prepared::new(eval::demo())];
+    for (name, load) in [
+        (
+            "seal",
+            eval::seal as fn(&std::path::Path) -> toolrouter::Result<Workload>,
+        ),
+        ("stb", eval::stb),
+    ] {
+        match load(&dir) {
+            Ok(w) => out.push(Prepared::new(w)),
+            Err(e) => eprintln!("note: skipping {name}: {e} (set TOOLROUTER_EVAL_DIR)"),
+        }
+    }
+    out.extend([100, 1000, 10_000].map(|n| Prepared::new(eval::scale(n))));
+    out
+}
+
+/// Median over `samples` of the time per message, each sample repeating full passes for
+/// at least `min_sample` so short workloads are not timer noise.
+fn median_ns_per_msg(samples: usize, min_sample: Duration, messages: usize, mut pass: impl FnMut()) -> f64 {
+    pass(); // warm-up
+    let mut per_msg: Vec<f64> = (0..samples)
+        .map(|_| {
+            let start = Instant::now();
+            let mut passes = 0u32;
+            while passes == 0 || start.elapsed() < min_sample {
+                pass();
+                passes += 1;
+            }
+            start.elapsed().as_nanos() as f64 / (f64::from(passes) * messages as f64)
+        })
+        .collect();
+    per_msg.sort_by(f64::total_cmp);
+    per_msg[per_msg.len() / 2]
+}
+
+/// True when criterion measures (`cargo bench`), not when it only tests (`cargo test
+/// --benches`, `--test`), lists or profiles.
+fn measuring() -> bool {
+    let args: Vec<String> = std::env::args().collect();
+    let has = |flag: &str| args.iter().any(|a| a == flag);
+    has("--bench")
+        && !has("--test")
+        && !has("--list")
+        && !args.iter().any(|a| a.starts_with("--profile-time"))
+}
+
+fn main() {
+    let mut criterion = Criterion::default()
+        .sample_size(20)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3))
+        .configure_from_args();
+    let options = Options::default();
+    let prepared = workloads();
+
+    for p in &prepared {
+        let w = &p.workload;
+        println!(
+            "workload {}: {} domains, {} tools, {} keywords, {} messages",
+            w.name,
+            w.registry.domains().len(),
+            w.registry.tool_count(),
+            w.registry.keywords().count(),
+            w.messages.len()
+        );
+    }
+
+    // Which workloads the filter let run: criterion calls a closure only when its id
+    // matches, so the summary below follows the same filter.
+    let ran: Vec<Cell<bool>> = prepared.iter().map(|_| Cell::new(false)).collect();
+    for (p, ran) in prepared.iter().zip(&ran) {
+        let mut group = criterion.benchmark_group(p.workload.name.as_str());
+        group.throughput(Throughput::Elements(p.workload.messages.len() as u64));
+        group.bench_function("route", |b| {
+            ran.set(true);
+            b.iter(|| p.route_pass(&options));
+        });
+        group.bench_function("scan", |b| {
+            ran.set(true);
+            b.iter(|| p.scan_pass());
+        });
+        group.finish();
+    }
+    criterion.final_summary();
+
+    if !measuring() {
+        return;
+    }
+    println!();
+    let mut route_ns = Vec::new();
+    for (p, ran) in prepared.iter().zip(&ran) {
+        if !ran.get() {
+            continue;
+        }
+        let n = p.workload.messages.len();
+        let min = Duration::from_millis(5);
+        let route = median_ns_per_msg(15, min, n, || p.route_pass(&options));
+        let scan = median_ns_per_msg(15, min, n, || p.scan_pass());
+        println!(
+            "route/scan {}: route {route:.0} ns/msg, scan {scan:.0} ns/msg, ratio {:.2}",
+            p.workload.name,
+            route / scan
+        );
+        route_ns.push((p.workload.name.clone(), route));
+    }
+    let of = |name: &str| route_ns.iter().find(|(n, _)| n == name).map(|&(_, t)| t);
+    if let (Some(small), Some(big)) = (of("scale-100"), of("scale-10000")) {
+        println!("slope scale-10000/scale-100: {:.2}", big / small);
+    }
+}
