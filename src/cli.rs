@@ -78,6 +78,12 @@ pub enum Command {
         #[command(flatten)]
         client: ClientArgs,
     },
+    /// Check the daemon's gRPC health; exits 0 when it is SERVING.
+    Health {
+        /// Connection and output options.
+        #[command(flatten)]
+        client: ClientArgs,
+    },
     /// Validate manifest folders offline; exits 2 on any error.
     Check {
         /// Folders of `*.json` / `*.toml` manifests.
@@ -139,20 +145,21 @@ pub enum BenchCommand {
         #[arg(long)]
         messages: Option<PathBuf>,
     },
-    /// Serve `Route` with one prebuilt answer of the daemon's size: the transport floor.
+    /// Serve `Route` with the daemon's answers prebuilt, without routing: the transport floor.
     BaselineServer {
         /// The same registry, database and listen flags as `serve`.
         #[command(flatten)]
         serve: Box<ServeArgs>,
-        /// The messages the load generator will send; the answer of median size is served.
+        /// The messages the load generator will send; their answers are prebuilt.
         #[arg(long)]
         messages: Option<PathBuf>,
     },
-    /// Write a benchmark workload as manifests and a messages file, to serve it for real.
+    /// Write a benchmark workload as manifests, a messages file and a database whose settings
+    /// activate every domain, to serve it for real.
     Export {
         /// `demo`, `seal`, `stb` or `scale-N` (N tools).
         workload: String,
-        /// Folder to write `manifests/` and `messages.jsonl` into.
+        /// Folder to write `manifests/`, `messages.jsonl` and `toolrouter.db` into.
         #[arg(long)]
         out: PathBuf,
         /// The eval data folder.
@@ -312,6 +319,7 @@ pub async fn run(cli: Cli) -> ExitCode {
         } => load(&client, group, conversation).await,
         Command::Tools { client } => tools(&client).await,
         Command::Invalidate { client } => invalidate(&client).await,
+        Command::Health { client } => health(&client).await,
         Command::Check { dirs } => check(&dirs),
         Command::Settings {
             action,
@@ -411,15 +419,45 @@ async fn shutdown_signal() {
     tracing::info!("shutdown requested; finishing in-flight calls");
 }
 
-async fn connect(addr: &str) -> Result<ToolRouterClient<Channel>, Failure> {
+async fn channel(addr: &str) -> Result<Channel, Failure> {
     let endpoint = Endpoint::from_shared(addr.to_string())
         .map_err(|e| Failure::config(format!("invalid --addr {addr:?}: {e}")))?
-        .connect_timeout(Duration::from_secs(5));
+        .connect_timeout(Duration::from_secs(5))
+        .tcp_nodelay(true);
     let channel = endpoint
         .connect()
         .await
         .map_err(|e| Failure::runtime(format!("cannot reach the daemon at {addr}: {}", root_cause(&e))))?;
-    Ok(ToolRouterClient::new(channel))
+    Ok(channel)
+}
+
+async fn connect(addr: &str) -> Result<ToolRouterClient<Channel>, Failure> {
+    Ok(ToolRouterClient::new(channel(addr).await?))
+}
+
+async fn health(client: &ClientArgs) -> Result<(), Failure> {
+    use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
+    let mut c = HealthClient::new(channel(&client.addr).await?);
+    let r = c
+        .check(HealthCheckRequest {
+            service: String::new(),
+        })
+        .await?
+        .into_inner();
+    let status = r.status().as_str_name();
+    if client.json {
+        out!("{}", json!({ "status": status }));
+    } else {
+        out!("{status}");
+    }
+    if r.status() == tonic_health::pb::health_check_response::ServingStatus::Serving {
+        Ok(())
+    } else {
+        Err(Failure::runtime(format!(
+            "the daemon at {} is {status}",
+            client.addr
+        )))
+    }
 }
 
 fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
@@ -750,7 +788,7 @@ async fn bench(command: BenchCommand) -> Result<(), Failure> {
         BenchCommand::BaselineServer { serve, messages } => {
             baseline_server(&serve, messages.as_deref()).await
         }
-        BenchCommand::Export { workload, out, eval } => export(&workload, &out, &eval),
+        BenchCommand::Export { workload, out, eval } => export(&workload, &out, &eval).await,
     }
 }
 
@@ -760,16 +798,16 @@ async fn baseline_server(serve: &ServeArgs, messages: Option<&std::path::Path>) 
     init_tracing(config.log_format);
     let registry = load_registry(&config)?;
     let messages = bench_messages(messages)?;
-    // The daemon's own answers, through the real service, fix the size of the fixed answer.
+    // The daemon's own answers, through the real service, are what the baseline sends.
     let state = State::new(registry, &config).await?;
     let real = crate::service::ToolRouterService::new(state.clone());
     let mut answers = Vec::new();
-    for message in messages.into_iter().take(1000) {
+    for message in messages {
         let req = tonic::Request::new(proto::RouteRequest {
-            message,
+            message: message.clone(),
             conversation_id: String::new(),
         });
-        answers.push(real.route(req).await?.into_inner());
+        answers.push((message, real.route(req).await?.into_inner()));
     }
     state.close().await;
     let baseline = crate::bench::baseline::BaselineService::from_answers(answers)
@@ -785,15 +823,12 @@ async fn baseline_server(serve: &ServeArgs, messages: Option<&std::path::Path>) 
     tonic::transport::Server::builder()
         .add_service(health)
         .add_service(proto::tool_router_server::ToolRouterServer::new(baseline))
-        .serve_with_incoming_shutdown(
-            tokio_stream::wrappers::TcpListenerStream::new(listener),
-            shutdown_signal(),
-        )
+        .serve_with_incoming_shutdown(crate::server::incoming(listener), shutdown_signal())
         .await
         .map_err(|e| Failure::runtime(format!("server failed: {e}")))
 }
 
-fn export(workload: &str, out: &std::path::Path, eval: &std::path::Path) -> Result<(), Failure> {
+async fn export(workload: &str, out: &std::path::Path, eval: &std::path::Path) -> Result<(), Failure> {
     use crate::bench::eval as w;
     let load = match workload {
         "demo" => w::demo(),
@@ -813,6 +848,12 @@ fn export(workload: &str, out: &std::path::Path, eval: &std::path::Path) -> Resu
     std::fs::create_dir_all(&manifests).map_err(io)?;
     w::write_manifests(&load.registry, &manifests).map_err(io)?;
     w::write_messages(&load.messages, &out.join("messages.jsonl")).map_err(io)?;
+    // The settings that activate every domain, in the database a daemon can be pointed at.
+    let db = Db::connect(&format!("sqlite://{}", out.join("toolrouter.db").display())).await?;
+    for (key, value) in load.settings.rows() {
+        db.set_setting(key, value).await?;
+    }
+    db.close().await;
     out!(
         "wrote {} domains, {} tools and {} messages to {}",
         load.registry.domains().len(),

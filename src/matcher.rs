@@ -100,6 +100,12 @@ impl Matcher {
                     // (`vault` / `vaultwarden`, `library` / `scan library`).
                     .match_kind(MatchKind::Standard)
                     .ascii_case_insensitive(true)
+                    // A full DFA costs one table lookup per byte whatever the number of
+                    // keywords, so a turn costs the same on a 100-tool registry as on a
+                    // 10,000-tool one; the automatic choice switches to slower NFAs (and
+                    // drops the SIMD prefilter) as keywords grow. Memory stays small: a few
+                    // MiB for thousands of keywords (see BENCHMARKS.md).
+                    .kind(Some(aho_corasick::AhoCorasickKind::DFA))
                     .build(&patterns)?,
             )
         };

@@ -2,6 +2,8 @@
 //! [`Activation`]), a conversation's state and the message. No I/O, no clock; the caller
 //! persists what the decision says changed.
 
+use std::ops::Range;
+
 use crate::error::{Error, Result};
 use crate::matcher::Matcher;
 use crate::registry::{DomainId, KeywordId, Registry, Tier, Tool};
@@ -225,8 +227,9 @@ pub struct Included {
     pub domain: DomainId,
     /// The first reason that applies.
     pub reason: Reason,
-    /// With [`Reason::Keyword`]: the keywords that hit, in manifest order, each once.
-    pub matched: Vec<KeywordId>,
+    /// With [`Reason::Keyword`]: where in [`Decision::keywords`] the keywords that hit this
+    /// domain are (see [`Decision::matched`]); empty otherwise.
+    pub matched: Range<usize>,
 }
 
 /// The answer to one turn.
@@ -236,6 +239,9 @@ pub struct Decision {
     pub meta_tool: bool,
     /// The included domains that contribute tools, in tool order.
     pub domains: Vec<Included>,
+    /// Every keyword that hit an active non-core domain, sorted (so grouped by domain, in
+    /// manifest order); [`Included::matched`] ranges index into it.
+    pub keywords: Vec<KeywordId>,
     /// Nothing hit and nothing was sticky.
     pub fallback: bool,
     /// Domains this message hit that the conversation had not recorded as hit, by name;
@@ -244,6 +250,11 @@ pub struct Decision {
 }
 
 impl Decision {
+    /// The keywords that hit an included domain, in manifest order, each once.
+    pub fn matched(&self, included: &Included) -> &[KeywordId] {
+        &self.keywords[included.matched.clone()]
+    }
+
     /// The tools of the answer, in order: the meta-tool (when exposed), then each included
     /// domain's tools in manifest order.
     pub fn tools<'a>(
@@ -270,48 +281,51 @@ pub fn route(
 ) -> Decision {
     // HITS: active non-core domains with a keyword found. A domain without keywords has no
     // patterns in the automaton, so it can never be a hit (rule 6).
-    let mut hits: Vec<(DomainId, Vec<KeywordId>)> = Vec::new();
-    for k in matcher.find(message) {
+    let mut keywords = matcher.find(message);
+    keywords.retain(|&k| {
         let d = registry.keyword_domain(k);
-        if registry.domain(d).core || !activation.is_active(d) {
-            continue;
-        }
+        !registry.domain(d).core && activation.is_active(d)
+    });
+    // Keyword ids are sorted, and a domain's ids are contiguous, so each hit domain owns one
+    // range of `keywords`, already in manifest order.
+    let mut hits: Vec<(DomainId, Range<usize>)> = Vec::new();
+    for (i, &k) in keywords.iter().enumerate() {
+        let d = registry.keyword_domain(k);
         match hits.last_mut() {
-            Some((last, kws)) if *last == d => kws.push(k),
-            _ => hits.push((d, vec![k])),
+            Some((last, range)) if *last == d => range.end = i + 1,
+            _ => hits.push((d, i..i + 1)),
         }
     }
     let hit_of = |d: DomainId| hits.binary_search_by_key(&d, |(h, _)| *h).ok();
+    let keyword = |(d, range): &(DomainId, Range<usize>)| Included {
+        domain: *d,
+        reason: Reason::Keyword,
+        matched: range.clone(),
+    };
+    let because = |domain: DomainId, reason: Reason| Included {
+        domain,
+        reason,
+        matched: 0..0,
+    };
 
-    let mut domains: Vec<Included> = activation
-        .core
-        .iter()
-        .map(|&d| Included {
-            domain: d,
-            reason: Reason::Core,
-            matched: Vec::new(),
-        })
-        .collect();
+    let all_active = options.fallback == FallbackPolicy::AllActive;
+    let mut domains: Vec<Included> = Vec::with_capacity(
+        activation.core.len()
+            + hits
+                .len()
+                .max(if all_active { activation.fallback.len() } else { 0 }),
+    );
+    domains.extend(activation.core.iter().map(|&d| because(d, Reason::Core)));
     let mut new_hits = Vec::new();
     let fallback;
 
     match conversation {
         None => {
             fallback = hits.is_empty();
-            if fallback {
-                if options.fallback == FallbackPolicy::AllActive {
-                    domains.extend(activation.fallback.iter().map(|&d| Included {
-                        domain: d,
-                        reason: Reason::Fallback,
-                        matched: Vec::new(),
-                    }));
-                }
-            } else {
-                domains.extend(hits.iter().map(|(d, kws)| Included {
-                    domain: *d,
-                    reason: Reason::Keyword,
-                    matched: kws.clone(),
-                }));
+            if !fallback {
+                domains.extend(hits.iter().map(keyword));
+            } else if all_active {
+                domains.extend(activation.fallback.iter().map(|&d| because(d, Reason::Fallback)));
             }
         }
         Some(c) => {
@@ -325,49 +339,29 @@ pub fn route(
             let any_sticky = members.iter().any(|(_, m)| m.hit);
             fallback = hits.is_empty() && !any_sticky;
             for &(d, m) in &members {
-                let reason = if let Some(i) = hit_of(d) {
-                    domains.push(Included {
-                        domain: d,
-                        reason: Reason::Keyword,
-                        matched: hits[i].1.clone(),
-                    });
-                    continue;
+                if let Some(i) = hit_of(d) {
+                    domains.push(keyword(&hits[i]));
                 } else if m.loaded {
-                    Reason::Loaded
+                    domains.push(because(d, Reason::Loaded));
                 } else if m.hit {
-                    Reason::Sticky
-                } else {
-                    continue;
-                };
-                domains.push(Included {
-                    domain: d,
-                    reason,
-                    matched: Vec::new(),
-                });
+                    domains.push(because(d, Reason::Sticky));
+                }
             }
             // Hits new to the conversation join now, after earlier members, by name.
-            for (d, kws) in &hits {
-                let member = members.iter().find(|(m, _)| m == d).map(|(_, m)| *m);
+            for hit in &hits {
+                let member = members.iter().find(|(m, _)| *m == hit.0).map(|(_, m)| *m);
                 if member.is_none_or(|m| !m.hit) {
-                    new_hits.push(*d);
+                    new_hits.push(hit.0);
                 }
                 if member.is_none() {
-                    domains.push(Included {
-                        domain: *d,
-                        reason: Reason::Keyword,
-                        matched: kws.clone(),
-                    });
+                    domains.push(keyword(hit));
                 }
             }
-            if fallback && options.fallback == FallbackPolicy::AllActive {
+            if fallback && all_active {
                 // Fallback domains do not join the conversation; loaded ones are in already.
                 for &d in &activation.fallback {
                     if !members.iter().any(|&(m, mem)| m == d && mem.loaded) {
-                        domains.push(Included {
-                            domain: d,
-                            reason: Reason::Fallback,
-                            matched: Vec::new(),
-                        });
+                        domains.push(because(d, Reason::Fallback));
                     }
                 }
             }
@@ -377,6 +371,7 @@ pub fn route(
     Decision {
         meta_tool: options.expose_load_tool_group && activation.meta_tool.is_some(),
         domains,
+        keywords,
         fallback,
         new_hits,
     }
@@ -806,7 +801,7 @@ mod tests {
                 .domains
                 .iter()
                 .map(|i| {
-                    let kws = i.matched.iter().map(|&k| f.registry.keyword(k)).collect();
+                    let kws = d.matched(i).iter().map(|&k| f.registry.keyword(k)).collect();
                     (f.registry.domain(i.domain).name.as_str(), i.reason, kws)
                 })
                 .collect();

@@ -19,6 +19,22 @@ const REQUEST_OVERHEAD_BYTES: usize = 4096;
 /// How often conversation idle clocks are flushed and idle conversations forgotten.
 const UPKEEP_PERIOD: Duration = Duration::from_secs(60);
 
+/// Accepted connections with Nagle's algorithm off: answers are single small writes, and
+/// waiting to coalesce them costs a delayed-ACK round (tens of milliseconds) per call.
+pub fn incoming(
+    listener: TcpListener,
+) -> impl tokio_stream::Stream<Item = std::io::Result<tokio::net::TcpStream>> + Send + 'static {
+    use tokio_stream::StreamExt as _;
+    TcpListenerStream::new(listener).map(|conn| {
+        if let Ok(stream) = &conn
+            && let Err(e) = stream.set_nodelay(true)
+        {
+            tracing::warn!(error = %e, "cannot set TCP_NODELAY");
+        }
+        conn
+    })
+}
+
 /// Serves until `shutdown` resolves, then drains in-flight calls and closes the database.
 ///
 /// # Errors
@@ -67,7 +83,7 @@ pub async fn serve(
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(service)
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+        .serve_with_incoming_shutdown(incoming(listener), shutdown)
         .await;
     let _ = stop_upkeep.send(());
     if let Err(e) = upkeep.await {

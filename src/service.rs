@@ -140,8 +140,8 @@ impl ToolRouter for ToolRouterService {
                 .map(|inc| proto::DomainDecision {
                     domain: registry.domain(inc.domain).name.clone(),
                     reason: reason(inc.reason).into(),
-                    matched_keywords: inc
-                        .matched
+                    matched_keywords: decision
+                        .matched(inc)
                         .iter()
                         .map(|&k| registry.keyword(k).to_string())
                         .collect(),

@@ -24,6 +24,11 @@ impl Snapshot {
         }
     }
 
+    /// Every (key, value) row.
+    pub fn rows(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.values.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+    }
+
     /// True when `key` has a value that is not empty after trimming Unicode whitespace.
     pub fn is_set(&self, key: &str) -> bool {
         self.values.get(key).is_some_and(|v| !v.trim().is_empty())

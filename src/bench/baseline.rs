@@ -1,7 +1,10 @@
-//! The transport floor: a server with the same `Route` RPC that answers every request with
-//! one prebuilt `RouteResponse`, of the size the real daemon returns for the same messages.
+//! The transport floor: a server with the same `Route` RPC that answers without routing,
+//! with responses prebuilt from the real daemon's answers: the answer the daemon gave for
+//! the same message text when there is one, else the one of mean size. The bytes on the
+//! wire then match the daemon's, request for request, and only the routing differs.
 //! Measuring it beside the daemon separates the cost of routing from the cost of gRPC.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use prost::Message as _;
@@ -9,25 +12,35 @@ use tonic::{Request, Response, Status};
 
 use crate::proto::{self, tool_router_server::ToolRouter};
 
-/// A `ToolRouter` whose `Route` returns a fixed answer; every other RPC is unimplemented.
+/// A `ToolRouter` whose `Route` returns prebuilt answers; every other RPC is unimplemented.
 #[derive(Clone)]
 pub struct BaselineService {
+    by_message: Arc<HashMap<String, proto::RouteResponse>>,
     response: Arc<proto::RouteResponse>,
 }
 
 impl BaselineService {
-    /// Picks, among the real daemon's answers to the messages, the one of median encoded
-    /// size, and serves it for every request.
-    pub fn from_answers(mut answers: Vec<proto::RouteResponse>) -> Option<BaselineService> {
-        answers.sort_by_key(|r| r.encoded_len());
-        let mid = answers.len() / 2;
-        let response = answers.into_iter().nth(mid)?;
+    /// Prebuilds the answers: the daemon's answer per message, and as the default the one
+    /// whose encoded size is closest to their mean.
+    pub fn from_answers(answers: Vec<(String, proto::RouteResponse)>) -> Option<BaselineService> {
+        let n = answers.len();
+        let mean = answers
+            .iter()
+            .map(|(_, r)| r.encoded_len())
+            .sum::<usize>()
+            .checked_div(n)?;
+        let response = answers
+            .iter()
+            .map(|(_, r)| r)
+            .min_by_key(|r| r.encoded_len().abs_diff(mean))?
+            .clone();
         Some(BaselineService {
+            by_message: Arc::new(answers.into_iter().collect()),
             response: Arc::new(response),
         })
     }
 
-    /// The encoded size of the fixed answer.
+    /// The encoded size of the default answer.
     pub fn response_bytes(&self) -> usize {
         self.response.encoded_len()
     }
@@ -41,9 +54,13 @@ fn unimplemented<T>() -> Result<Response<T>, Status> {
 impl ToolRouter for BaselineService {
     async fn route(
         &self,
-        _request: Request<proto::RouteRequest>,
+        request: Request<proto::RouteRequest>,
     ) -> Result<Response<proto::RouteResponse>, Status> {
-        Ok(Response::new((*self.response).clone()))
+        let prebuilt = self
+            .by_message
+            .get(&request.get_ref().message)
+            .unwrap_or(&self.response);
+        Ok(Response::new(prebuilt.clone()))
     }
 
     async fn load_tool_group(

@@ -77,6 +77,7 @@ pub async fn run(
 ) -> crate::Result<Report> {
     let channel = Endpoint::from_shared(addr.to_string())
         .map_err(|e| crate::Error::Config(format!("invalid address {addr:?}: {e}")))?
+        .tcp_nodelay(true)
         .connect()
         .await
         .map_err(|e| crate::Error::Config(format!("cannot reach {addr}: {e}")))?;

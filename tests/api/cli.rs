@@ -125,3 +125,23 @@ fn a_bad_config_file_exits_2_naming_the_key() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("fallbak"));
 }
+
+#[tokio::test]
+async fn health_exits_0_and_prints_serving_against_a_running_daemon() {
+    let dir = temp_dir();
+    let app = crate::helpers::spawn_app(crate::helpers::config(dir.path())).await;
+    let addr = format!("http://{}", app.addr);
+    let out = tokio::process::Command::new(BIN)
+        .args(["health", "--addr", &addr])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "SERVING");
+    app.stop().await;
+}
