@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
-# gRPC benchmark: the daemon against the transport floor (the baseline server), each pinned
-# to core 0 with the load generator on core 1, at concurrency 1 and 16; then start-up time
-# and peak RSS of the daemon. Usage: benches/grpc.sh [workload] [duration]
-#   workload: demo (default), seal or scale-N; duration: e.g. 10s (default)
+# gRPC benchmark: the daemon against the transport floor (the baseline server, which sends
+# the daemon's own answers prebuilt, without routing). Both servers are pinned to core 0 and
+# the load generator to core 1. Load alternates between the two servers for several rounds
+# at concurrency 1 and 16, so drift on a shared machine hits both alike; medians are
+# reported. Then the daemon's start-up time (process start to health SERVING) and peak RSS.
+#
+# Usage: benches/grpc.sh [workload] [duration] [rounds]
+#   workload: demo (default), seal or scale-N; duration per run (default 10s); rounds (3)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 workload=${1:-demo}
 duration=${2:-10s}
+rounds=${3:-3}
 bin=target/release/toolrouter
 cargo build --release --quiet
 tmp=$(mktemp -d)
@@ -16,43 +21,47 @@ if [ "$workload" = demo ]; then manifests=(); else manifests=(--manifests "$tmp/
 flags=(--database "sqlite://$tmp/toolrouter.db" "${manifests[@]}" --log-format json)
 
 wait_ready() { # port start_ns -> prints milliseconds from start until health is SERVING
-  local start=$2
-  until "$bin" health --addr "http://127.0.0.1:$1" >/dev/null 2>&1
-  do sleep 0.005; done
-  echo $(( ($(date +%s%N) - start) / 1000000 ))
+  until "$bin" health --addr "http://127.0.0.1:$1" >/dev/null 2>&1; do sleep 0.002; done
+  echo $(( ($(date +%s%N) - $2) / 1000000 ))
 }
 
-run_load() { # port concurrency -> JSON line
-  taskset -c 1 "$bin" bench grpc --addr "http://127.0.0.1:$1" --duration "$duration" \
-    --concurrency "$2" --messages "$tmp/messages.jsonl" | tail -n 1
-}
+daemon_port=$((50100 + RANDOM % 500))
+baseline_port=$((daemon_port + 500))
+start=$(date +%s%N)
+taskset -c 0 "$bin" serve --listen "127.0.0.1:$daemon_port" "${flags[@]}" 2>"$tmp/daemon.log" &
+daemon_pid=$!
+ready_ms=$(wait_ready $daemon_port "$start")
+taskset -c 0 "$bin" bench baseline-server --listen "127.0.0.1:$baseline_port" "${flags[@]}" \
+  --messages "$tmp/messages.jsonl" 2>"$tmp/baseline.log" &
+baseline_pid=$!
+wait_ready $baseline_port "$(date +%s%N)" >/dev/null
 
-declare -A result
-for server in daemon baseline; do
-  port=$((50100 + RANDOM % 1000))
-  start=$(date +%s%N)
-  if [ $server = daemon ]; then
-    taskset -c 0 "$bin" serve --listen "127.0.0.1:$port" "${flags[@]}" 2>"$tmp/$server.log" &
-  else
-    taskset -c 0 "$bin" bench baseline-server --listen "127.0.0.1:$port" "${flags[@]}" \
-      --messages "$tmp/messages.jsonl" 2>"$tmp/$server.log" &
-  fi
-  pid=$!
-  ready_ms=$(wait_ready $port $start)
+for round in $(seq "$rounds"); do
   for c in 1 16; do
-    result[$server-$c]=$(run_load $port $c)
-    echo "$server concurrency $c: ${result[$server-$c]}"
+    for server in daemon baseline; do
+      port=$daemon_port; [ $server = baseline ] && port=$baseline_port
+      line=$(taskset -c 1 "$bin" bench grpc --addr "http://127.0.0.1:$port" --duration "$duration" \
+        --concurrency "$c" --messages "$tmp/messages.jsonl" | tail -n 1)
+      echo "round $round $server concurrency $c: $line"
+      echo "$server $c $line" >> "$tmp/results"
+    done
   done
-  if [ $server = daemon ]; then
-    echo "daemon: ready in ${ready_ms} ms; peak RSS $(awk '/VmHWM/ {print $2, $3}' /proc/$pid/status)"
-  fi
-  kill -TERM $pid; wait $pid || true
 done
-for c in 1 16; do
-  python3 - "${result[daemon-$c]}" "${result[baseline-$c]}" "$c" <<'PY'
-import json, sys
-d, b, c = json.loads(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3]
-print(f"concurrency {c}: daemon {d['requests_per_sec']:.0f} req/s, baseline {b['requests_per_sec']:.0f} req/s, "
-      f"ratio {d['requests_per_sec'] / b['requests_per_sec']:.3f}, errors {d['errors']} / {b['errors']}")
+echo "daemon: ready in ${ready_ms} ms; peak RSS $(awk '/VmHWM/ {print $2, $3}' /proc/$daemon_pid/status)"
+kill -TERM $daemon_pid $baseline_pid
+wait $daemon_pid $baseline_pid || true
+python3 - "$tmp/results" <<'PY'
+import json, statistics, sys
+runs = {}
+for line in open(sys.argv[1]):
+    server, c, js = line.split(" ", 2)
+    runs.setdefault((server, int(c)), []).append(json.loads(js))
+for c in (1, 16):
+    d, b = runs[("daemon", c)], runs[("baseline", c)]
+    med = lambda rs, k: statistics.median(r[k] for r in rs)
+    dr, br = med(d, "requests_per_sec"), med(b, "requests_per_sec")
+    errors = sum(r["errors"] for r in d + b)
+    print(f"concurrency {c}: daemon {dr:.0f} req/s (p50 {med(d, 'p50_us'):.0f} us, p99 {med(d, 'p99_us'):.0f} us), "
+          f"baseline {br:.0f} req/s (p50 {med(b, 'p50_us'):.0f} us, p99 {med(b, 'p99_us'):.0f} us), "
+          f"ratio {dr / br:.3f}, errors {errors}")
 PY
-done
