@@ -12,6 +12,7 @@
 //! patterns of their own: a consonant+`y` keyword without its `y` (`librar` + `ies`/`ied`/
 //! `ying`) and an `e` keyword without its `e` (`transcod` + `ing`).
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 use aho_corasick::{AhoCorasick, AhoCorasickBuilder, MatchKind};
@@ -121,51 +122,40 @@ impl Matcher {
         self.mode
     }
 
-    /// Appends to `hits` every keyword found in `message`, sorted and each once.
-    pub fn find_into(&self, message: &str, hits: &mut Vec<KeywordId>) {
-        let Some(ac) = &self.automaton else { return };
-        let lowered;
-        let text = if message.is_ascii() {
-            message
-        } else {
-            lowered = message.to_lowercase();
-            &lowered
+    /// Every keyword found in `message`, sorted and each once.
+    pub fn find(&self, message: &str) -> Vec<KeywordId> {
+        let Some(ac) = &self.automaton else {
+            return Vec::new();
         };
-        let start = hits.len();
-        for m in ac.find_overlapping_iter(text) {
+        let text = searchable(message);
+        let mut hits = Vec::new();
+        for m in ac.find_overlapping_iter(text.as_ref()) {
             for &(k, ending) in &self.targets[m.pattern().as_usize()] {
-                if self.mode == MatchMode::Substring || word_hit(text, m.start(), m.end(), ending) {
+                if self.mode == MatchMode::Substring || word_hit(&text, m.start(), m.end(), ending) {
                     hits.push(k);
                 }
             }
         }
-        hits[start..].sort_unstable();
-        let mut w = start;
-        for r in start..hits.len() {
-            if w == start || hits[w - 1] != hits[r] {
-                hits[w] = hits[r];
-                w += 1;
-            }
-        }
-        hits.truncate(w);
-    }
-
-    /// Every keyword found in `message`, sorted and each once.
-    pub fn find(&self, message: &str) -> Vec<KeywordId> {
-        let mut hits = Vec::new();
-        self.find_into(message, &mut hits);
+        hits.sort_unstable();
+        hits.dedup();
         hits
     }
 
     /// Counts raw automaton matches without any rule: the floor `route()` is measured
-    /// against.
+    /// against, with the same preparation of the message.
     pub fn count_raw(&self, message: &str) -> usize {
         let Some(ac) = &self.automaton else { return 0 };
-        if message.is_ascii() {
-            ac.find_overlapping_iter(message).count()
-        } else {
-            ac.find_overlapping_iter(&message.to_lowercase()).count()
-        }
+        ac.find_overlapping_iter(searchable(message).as_ref()).count()
+    }
+}
+
+/// The text the automaton searches: an ASCII message as it is (the automaton is ASCII
+/// case-insensitive), any other lowercased.
+fn searchable(message: &str) -> Cow<'_, str> {
+    if message.is_ascii() {
+        Cow::Borrowed(message)
+    } else {
+        Cow::Owned(message.to_lowercase())
     }
 }
 

@@ -106,11 +106,6 @@ impl Activation {
         (0..self.active.len()).filter(|&d| self.active[d])
     }
 
-    /// Active non-core groups with tools, by name.
-    pub fn loadable(&self) -> &[DomainId] {
-        &self.loadable
-    }
-
     /// The `load_tool_group` meta-tool, when any group is loadable.
     pub fn meta_tool(&self) -> Option<&Tool> {
         self.meta_tool.as_ref()

@@ -65,6 +65,12 @@ pub fn read_messages(path: &Path) -> crate::Result<Vec<String>> {
     Ok(messages)
 }
 
+/// A latency histogram from 1 µs to 60 s at 3 significant digits.
+fn histogram() -> Histogram<u64> {
+    // The bounds are constants within what HdrHistogram accepts, so this cannot fail.
+    Histogram::new_with_bounds(1, 60_000_000, 3).expect("valid histogram bounds")
+}
+
 /// Sends `Route` requests to `addr` from `concurrency` tasks for `duration`.
 ///
 /// # Errors
@@ -92,9 +98,7 @@ pub async fn run(
         let mut client = ToolRouterClient::new(channel.clone()).max_decoding_message_size(64 << 20);
         let messages = messages.clone();
         tasks.push(tokio::spawn(async move {
-            // 1 µs to 60 s at 3 significant digits; the bounds are constants, so `new_with_bounds` cannot fail.
-            let mut hist =
-                Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("valid histogram bounds");
+            let mut hist = histogram();
             let (mut ok, mut errors) = (0u64, 0u64);
             let mut i = worker;
             loop {
@@ -125,7 +129,7 @@ pub async fn run(
             (hist, ok, errors)
         }));
     }
-    let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("valid histogram bounds");
+    let mut hist = histogram();
     let (mut ok, mut errors) = (0, 0);
     for t in tasks {
         let (h, o, e) = t
