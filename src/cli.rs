@@ -10,19 +10,17 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use serde_json::{Value, json};
-use tonic::transport::{Channel, Endpoint};
 
 use crate::config::{Config, LogFormat};
 use crate::db::Db;
 use crate::error::Error;
 use crate::matcher::MatchMode;
-use crate::proto::{self, tool_router_client::ToolRouterClient};
+use crate::proto;
 use crate::registry::Registry;
 use crate::router::FallbackPolicy;
+use crate::client::{Client, Connection, DEFAULT_ADDR};
 use crate::state::State;
 
-/// Default daemon address for the client subcommands.
-pub const DEFAULT_ADDR: &str = "http://127.0.0.1:50051";
 
 /// toolrouter: decides which LLM tool definitions a chat backend sends on each turn.
 #[derive(Debug, Parser)]
@@ -78,6 +76,12 @@ pub enum Command {
         #[command(flatten)]
         client: ClientArgs,
     },
+    /// Ask the daemon to reload its manifests (as SIGHUP does).
+    Reload {
+        /// Connection and output options.
+        #[command(flatten)]
+        client: ClientArgs,
+    },
     /// Check the daemon's gRPC health; exits 0 when it is SERVING.
     Health {
         /// Connection and output options.
@@ -112,15 +116,21 @@ pub enum Command {
         /// The daemon to notify.
         #[arg(long, global = true, env = "TOOLROUTER_ADDR", default_value = DEFAULT_ADDR)]
         addr: String,
+        /// Bearer token, when the daemon requires one.
+        #[arg(long, global = true, env = "TOOLROUTER_AUTH_TOKEN", hide_env_values = true)]
+        auth_token: Option<String>,
+        /// CA certificate (PEM) to trust for an `https://` address.
+        #[arg(long, global = true, env = "TOOLROUTER_TLS_CA")]
+        tls_ca: Option<PathBuf>,
     },
 }
 
 /// Options shared by the client subcommands.
 #[derive(Debug, Args)]
 pub struct ClientArgs {
-    /// The daemon's URL.
-    #[arg(long, env = "TOOLROUTER_ADDR", default_value = DEFAULT_ADDR)]
-    pub addr: String,
+    /// How to reach the daemon.
+    #[command(flatten)]
+    pub conn: Connection,
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -131,9 +141,9 @@ pub struct ClientArgs {
 pub enum BenchCommand {
     /// Send `Route` requests for a fixed time and report requests/s and latency percentiles.
     Grpc {
-        /// The server's URL.
-        #[arg(long, default_value = DEFAULT_ADDR)]
-        addr: String,
+        /// How to reach the server.
+        #[command(flatten)]
+        conn: Connection,
         /// How long to measure, e.g. `10s`.
         #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
         duration: Duration,
@@ -144,6 +154,25 @@ pub enum BenchCommand {
         /// [default: the demo workload's messages].
         #[arg(long)]
         messages: Option<PathBuf>,
+        /// Which calls to send: `route` (throughput) or `mixed` (the soak).
+        #[arg(long, value_enum, default_value = "route")]
+        mix: crate::bench::grpc::Mix,
+    },
+    /// Flip settings in the database for a while, as a busy settings UI would: each tick sets
+    /// or clears one settings key of the registry. Exits 1 if any write failed.
+    FlipSettings {
+        /// The database the daemon uses.
+        #[arg(long, env = "TOOLROUTER_DATABASE", default_value = "sqlite://toolrouter.db")]
+        database: String,
+        /// The daemon's manifest folders, for the settings keys [default: the demo registry].
+        #[arg(long, value_delimiter = ':')]
+        manifests: Vec<PathBuf>,
+        /// How long to keep flipping, e.g. `60s`.
+        #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+        duration: Duration,
+        /// Time between writes, e.g. `20ms`.
+        #[arg(long, default_value = "20ms", value_parser = humantime::parse_duration)]
+        every: Duration,
     },
     /// Serve `Route` with the daemon's answers prebuilt, without routing: the transport floor.
     BaselineServer {
@@ -225,6 +254,30 @@ pub struct ServeArgs {
     /// Log format [default: text].
     #[arg(long, env = "TOOLROUTER_LOG_FORMAT", value_enum)]
     pub log_format: Option<LogFormat>,
+    /// How long a database statement waits for a lock, e.g. `5s` [default: 5s].
+    #[arg(long, env = "TOOLROUTER_BUSY_TIMEOUT", value_parser = humantime::parse_duration)]
+    pub busy_timeout: Option<Duration>,
+    /// On SIGTERM, how long in-flight calls get to finish, e.g. `10s` [default: 10s].
+    #[arg(long, env = "TOOLROUTER_DRAIN_TIMEOUT", value_parser = humantime::parse_duration)]
+    pub drain_timeout: Option<Duration>,
+    /// How long one call may take before `DEADLINE_EXCEEDED`, e.g. `10s` [default: 10s].
+    #[arg(long, env = "TOOLROUTER_REQUEST_TIMEOUT", value_parser = humantime::parse_duration)]
+    pub request_timeout: Option<Duration>,
+    /// Calls served at once; more get `RESOURCE_EXHAUSTED` [default: 1024].
+    #[arg(long, env = "TOOLROUTER_MAX_CONCURRENT_REQUESTS")]
+    pub max_concurrent_requests: Option<usize>,
+    /// Require `authorization: Bearer <TOKEN>` on every call except health.
+    #[arg(long, env = "TOOLROUTER_AUTH_TOKEN", hide_env_values = true)]
+    pub auth_token: Option<String>,
+    /// Allow a non-loopback `--listen` address without `--auth-token`.
+    #[arg(long, env = "TOOLROUTER_ALLOW_UNAUTHENTICATED")]
+    pub allow_unauthenticated: bool,
+    /// PEM certificate chain: serve TLS (with `--tls-key`).
+    #[arg(long, env = "TOOLROUTER_TLS_CERT")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key for `--tls-cert`.
+    #[arg(long, env = "TOOLROUTER_TLS_KEY")]
+    pub tls_key: Option<PathBuf>,
     /// Print the effective configuration as TOML and exit.
     #[arg(long)]
     pub print_config: bool,
@@ -234,7 +287,7 @@ impl ServeArgs {
     /// The effective configuration: defaults < config file < environment < flags.
     ///
     /// # Errors
-    /// An unreadable or invalid config file.
+    /// An unreadable or invalid config file, or a configuration `Config::validate` refuses.
     pub fn config(&self) -> crate::Result<Config> {
         let mut c = Config::load(self.config.as_deref())?;
         macro_rules! overlay {
@@ -249,11 +302,26 @@ impl ServeArgs {
             expose_load_tool_group,
             conversation_ttl,
             max_message_bytes,
-            log_format
+            log_format,
+            busy_timeout,
+            drain_timeout,
+            request_timeout,
+            max_concurrent_requests
         );
         if !self.manifests.is_empty() {
             c.manifests = self.manifests.clone();
         }
+        if self.auth_token.is_some() {
+            c.auth_token = self.auth_token.clone();
+        }
+        if self.tls_cert.is_some() {
+            c.tls_cert = self.tls_cert.clone();
+        }
+        if self.tls_key.is_some() {
+            c.tls_key = self.tls_key.clone();
+        }
+        c.allow_unauthenticated |= self.allow_unauthenticated;
+        c.validate()?;
         Ok(c)
     }
 }
@@ -319,13 +387,23 @@ pub async fn run(cli: Cli) -> ExitCode {
         } => load(&client, group, conversation).await,
         Command::Tools { client } => tools(&client).await,
         Command::Invalidate { client } => invalidate(&client).await,
+        Command::Reload { client } => reload(&client).await,
         Command::Health { client } => health(&client).await,
         Command::Check { dirs } => check(&dirs),
         Command::Settings {
             action,
             database,
             addr,
-        } => settings(action, &database, &addr).await,
+            auth_token,
+            tls_ca,
+        } => {
+            let conn = Connection {
+                addr,
+                auth_token,
+                tls_ca,
+            };
+            settings(action, &database, &conn).await
+        }
         Command::Bench { command } => bench(command).await,
     };
     match result {
@@ -385,9 +463,30 @@ async fn serve(args: &ServeArgs) -> Result<(), Failure> {
         .await
         .map_err(|e| Failure::runtime(format!("cannot listen on {}: {e}", config.listen)))?;
     let state = State::new(registry, &config).await?;
-    crate::server::serve(listener, state, shutdown_signal())
+    #[cfg(unix)]
+    tokio::spawn(reload_on_sighup(state.clone()));
+    crate::server::serve(listener, state, &config, shutdown_signal())
         .await
         .map_err(|e| Failure::runtime(format!("server failed: {e}")))
+}
+
+/// Reloads the registry on each SIGHUP; a failed reload is logged and the old one serves on.
+#[cfg(unix)]
+async fn reload_on_sighup(state: State) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut hup = match signal(SignalKind::hangup()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot listen for SIGHUP; reload with the ReloadRegistry call");
+            return;
+        }
+    };
+    while hup.recv().await.is_some() {
+        tracing::info!("SIGHUP: reloading the registry");
+        if let Err(e) = state.reload().await {
+            tracing::error!(error = %e, "registry reload failed; the previous registry serves on");
+        }
+    }
 }
 
 /// Resolves on Ctrl-C or SIGTERM.
@@ -419,25 +518,13 @@ async fn shutdown_signal() {
     tracing::info!("shutdown requested; finishing in-flight calls");
 }
 
-async fn channel(addr: &str) -> Result<Channel, Failure> {
-    let endpoint = Endpoint::from_shared(addr.to_string())
-        .map_err(|e| Failure::config(format!("invalid --addr {addr:?}: {e}")))?
-        .connect_timeout(Duration::from_secs(5))
-        .tcp_nodelay(true);
-    let channel = endpoint
-        .connect()
-        .await
-        .map_err(|e| Failure::runtime(format!("cannot reach the daemon at {addr}: {}", root_cause(&e))))?;
-    Ok(channel)
-}
-
-async fn connect(addr: &str) -> Result<ToolRouterClient<Channel>, Failure> {
-    Ok(ToolRouterClient::new(channel(addr).await?))
+async fn connect(client: &ClientArgs) -> Result<Client, Failure> {
+    Ok(client.conn.client().await?)
 }
 
 async fn health(client: &ClientArgs) -> Result<(), Failure> {
     use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
-    let mut c = HealthClient::new(channel(&client.addr).await?);
+    let mut c = HealthClient::new(client.conn.channel().await?);
     let r = c
         .check(HealthCheckRequest {
             service: String::new(),
@@ -455,17 +542,9 @@ async fn health(client: &ClientArgs) -> Result<(), Failure> {
     } else {
         Err(Failure::runtime(format!(
             "the daemon at {} is {status}",
-            client.addr
+            client.conn.addr
         )))
     }
-}
-
-fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut cur = e;
-    while let Some(next) = cur.source() {
-        cur = next;
-    }
-    cur.to_string()
 }
 
 fn print_json(v: &Value) {
@@ -530,7 +609,7 @@ fn group_json(g: &proto::Group) -> Value {
 }
 
 async fn route(client: &ClientArgs, message: String, conversation: Option<String>) -> Result<(), Failure> {
-    let mut c = connect(&client.addr).await?;
+    let mut c = connect(client).await?;
     let r = c
         .route(proto::RouteRequest {
             message,
@@ -577,7 +656,7 @@ async fn route(client: &ClientArgs, message: String, conversation: Option<String
 }
 
 async fn groups(client: &ClientArgs) -> Result<(), Failure> {
-    let mut c = connect(&client.addr).await?;
+    let mut c = connect(client).await?;
     let r = c.list_groups(proto::ListGroupsRequest {}).await?.into_inner();
     if client.json {
         print_json(&json!({
@@ -610,7 +689,7 @@ async fn groups(client: &ClientArgs) -> Result<(), Failure> {
 }
 
 async fn load(client: &ClientArgs, group: String, conversation: String) -> Result<(), Failure> {
-    let mut c = connect(&client.addr).await?;
+    let mut c = connect(client).await?;
     let r = c
         .load_tool_group(proto::LoadToolGroupRequest {
             conversation_id: conversation,
@@ -635,7 +714,7 @@ async fn load(client: &ClientArgs, group: String, conversation: String) -> Resul
 }
 
 async fn tools(client: &ClientArgs) -> Result<(), Failure> {
-    let mut c = connect(&client.addr).await?;
+    let mut c = connect(client).await?;
     let r = c
         .list_all_tools(proto::ListAllToolsRequest {})
         .await?
@@ -665,7 +744,7 @@ async fn tools(client: &ClientArgs) -> Result<(), Failure> {
 }
 
 async fn invalidate(client: &ClientArgs) -> Result<(), Failure> {
-    let mut c = connect(&client.addr).await?;
+    let mut c = connect(client).await?;
     let r = c
         .invalidate_settings(proto::InvalidateSettingsRequest {})
         .await?
@@ -676,6 +755,29 @@ async fn invalidate(client: &ClientArgs) -> Result<(), Failure> {
         out!(
             "settings re-read; active domains: {}",
             r.active_domains.join(", ")
+        );
+    }
+    Ok(())
+}
+
+async fn reload(client: &ClientArgs) -> Result<(), Failure> {
+    let mut c = connect(client).await?;
+    let r = c
+        .reload_registry(proto::ReloadRegistryRequest {})
+        .await?
+        .into_inner();
+    if client.json {
+        print_json(&json!({
+            "registry_version": r.registry_version,
+            "domains": r.domains,
+            "tools": r.tools,
+        }));
+    } else {
+        out!(
+            "registry reloaded: {} domains, {} tools, version {:016x}",
+            r.domains,
+            r.tools,
+            r.registry_version
         );
     }
     Ok(())
@@ -701,7 +803,8 @@ fn check(dirs: &[PathBuf]) -> Result<(), Failure> {
     Ok(())
 }
 
-async fn settings(action: SettingsAction, database: &str, addr: &str) -> Result<(), Failure> {
+async fn settings(action: SettingsAction, database: &str, conn: &Connection) -> Result<(), Failure> {
+    let addr = &conn.addr;
     let db = Db::connect(database).await?;
     match action {
         SettingsAction::Set { key, value } => {
@@ -724,7 +827,7 @@ async fn settings(action: SettingsAction, database: &str, addr: &str) -> Result<
     db.close().await;
     // Best effort: the change is in the table either way and shows within one TTL.
     match tokio::time::timeout(Duration::from_secs(3), async {
-        let mut c = connect(addr).await?;
+        let mut c = conn.client().await.map_err(Failure::from)?;
         Ok::<_, Failure>(
             c.invalidate_settings(proto::InvalidateSettingsRequest {})
                 .await?
@@ -758,24 +861,26 @@ fn bench_messages(path: Option<&std::path::Path>) -> Result<Vec<String>, Failure
 async fn bench(command: BenchCommand) -> Result<(), Failure> {
     match command {
         BenchCommand::Grpc {
-            addr,
+            conn,
             duration,
             concurrency,
             messages,
+            mix,
         } => {
             if concurrency == 0 {
                 return Err(Failure::config("--concurrency must be at least 1"));
             }
             let messages = bench_messages(messages.as_deref())?;
-            let r = crate::bench::grpc::run(&addr, duration, concurrency, messages).await?;
+            let r = crate::bench::grpc::run(&conn, duration, concurrency, messages, mix).await?;
             out!(
-                "{:.0} requests/s, p50 {} µs, p99 {} µs, p99.9 {} µs, {} errors ({} ok, concurrency {}, {:.1} s)",
+                "{:.0} requests/s, p50 {} µs, p99 {} µs, p99.9 {} µs, {} errors ({} ok, {} refused as specified, concurrency {}, {:.1} s)",
                 r.requests_per_sec,
                 r.p50_us,
                 r.p99_us,
                 r.p999_us,
                 r.errors,
                 r.ok,
+                r.refused,
                 r.concurrency,
                 r.seconds
             );
@@ -789,6 +894,12 @@ async fn bench(command: BenchCommand) -> Result<(), Failure> {
             baseline_server(&serve, messages.as_deref()).await
         }
         BenchCommand::Export { workload, out, eval } => export(&workload, &out, &eval).await,
+        BenchCommand::FlipSettings {
+            database,
+            manifests,
+            duration,
+            every,
+        } => flip_settings(&database, &manifests, duration, every).await,
     }
 }
 
@@ -826,6 +937,54 @@ async fn baseline_server(serve: &ServeArgs, messages: Option<&std::path::Path>) 
         .serve_with_incoming_shutdown(crate::server::incoming(listener), shutdown_signal())
         .await
         .map_err(|e| Failure::runtime(format!("server failed: {e}")))
+}
+
+async fn flip_settings(database: &str, manifests: &[PathBuf], duration: Duration, every: Duration) -> Result<(), Failure> {
+    let registry = if manifests.is_empty() {
+        Registry::demo()
+    } else {
+        Registry::load_dirs(manifests)?
+    };
+    let mut keys: Vec<String> = registry
+        .domains()
+        .iter()
+        .flat_map(|d| d.settings_keys.iter().cloned())
+        .collect();
+    keys.sort();
+    keys.dedup();
+    if keys.is_empty() {
+        return Err(Failure::config("the registry has no settings keys to flip"));
+    }
+    let db = Db::connect(database).await?;
+    let deadline = std::time::Instant::now() + duration;
+    let (mut writes, mut failures) = (0u64, 0u64);
+    let mut tick = tokio::time::interval(every);
+    let mut n = 0usize;
+    while std::time::Instant::now() < deadline {
+        tick.tick().await;
+        // Each key in turn; a key is set on even rounds over the list and cleared on odd ones.
+        let key = &keys[n % keys.len()];
+        let on = (n / keys.len()) % 2 == 0;
+        n += 1;
+        let result = if on {
+            db.set_setting(key, "on").await
+        } else {
+            db.unset_setting(key).await.map(drop)
+        };
+        match result {
+            Ok(()) => writes += 1,
+            Err(e) => {
+                failures += 1;
+                eprintln!("write failed: {e}");
+            }
+        }
+    }
+    db.close().await;
+    out!("{writes} settings writes, {failures} failed, over {} keys", keys.len());
+    if failures > 0 {
+        return Err(Failure::runtime(format!("{failures} settings writes failed")));
+    }
+    Ok(())
 }
 
 async fn export(workload: &str, out: &std::path::Path, eval: &std::path::Path) -> Result<(), Failure> {

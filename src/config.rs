@@ -49,6 +49,25 @@ pub struct Config {
     pub max_message_bytes: usize,
     /// Log output format.
     pub log_format: LogFormat,
+    /// How long a database statement waits for another writer's lock before failing.
+    #[serde(deserialize_with = "duration")]
+    pub busy_timeout: Duration,
+    /// On SIGTERM, how long in-flight calls get to finish before the daemon exits anyway.
+    #[serde(deserialize_with = "duration")]
+    pub drain_timeout: Duration,
+    /// How long one call may take before it is answered `DEADLINE_EXCEEDED`.
+    #[serde(deserialize_with = "duration")]
+    pub request_timeout: Duration,
+    /// Calls served at once; more are refused at once with `RESOURCE_EXHAUSTED`.
+    pub max_concurrent_requests: usize,
+    /// When set, every call except health needs `authorization: Bearer <token>`.
+    pub auth_token: Option<String>,
+    /// Allow listening on a non-loopback address without an auth token.
+    pub allow_unauthenticated: bool,
+    /// PEM certificate chain for TLS (with `tls_key`).
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key for TLS (with `tls_cert`).
+    pub tls_key: Option<PathBuf>,
 }
 
 impl Default for Config {
@@ -64,6 +83,14 @@ impl Default for Config {
             conversation_ttl: Duration::from_secs(24 * 3600),
             max_message_bytes: 65_536,
             log_format: LogFormat::Text,
+            busy_timeout: crate::db::BUSY_TIMEOUT,
+            drain_timeout: Duration::from_secs(10),
+            request_timeout: Duration::from_secs(10),
+            max_concurrent_requests: 1024,
+            auth_token: None,
+            allow_unauthenticated: false,
+            tls_cert: None,
+            tls_key: None,
         }
     }
 }
@@ -81,17 +108,16 @@ fn name<T: clap::ValueEnum>(v: &T) -> String {
 }
 
 impl Config {
-    /// The configuration as a TOML file `--config` would accept.
+    /// The configuration as a TOML file `--config` would accept. The auth token is never
+    /// printed; a comment says whether one is set.
     pub fn to_toml(&self) -> String {
-        let manifests: Vec<String> = self
-            .manifests
-            .iter()
-            .map(|p| format!("{:?}", p.display().to_string()))
-            .collect();
-        format!(
+        let path = |p: &Path| format!("{:?}", p.display().to_string());
+        let manifests: Vec<String> = self.manifests.iter().map(|p| path(p)).collect();
+        let mut out = format!(
             "listen = \"{}\"\ndatabase = {:?}\nmanifests = [{}]\nsettings_ttl = \"{}\"\nfallback = \"{}\"\n\
              keyword_match = \"{}\"\nexpose_load_tool_group = {}\nconversation_ttl = \"{}\"\n\
-             max_message_bytes = {}\nlog_format = \"{}\"",
+             max_message_bytes = {}\nlog_format = \"{}\"\nbusy_timeout = \"{}\"\ndrain_timeout = \"{}\"\n\
+             request_timeout = \"{}\"\nmax_concurrent_requests = {}\nallow_unauthenticated = {}",
             self.listen,
             self.database,
             manifests.join(", "),
@@ -102,7 +128,56 @@ impl Config {
             humantime::format_duration(self.conversation_ttl),
             self.max_message_bytes,
             name(&self.log_format),
-        )
+            humantime::format_duration(self.busy_timeout),
+            humantime::format_duration(self.drain_timeout),
+            humantime::format_duration(self.request_timeout),
+            self.max_concurrent_requests,
+            self.allow_unauthenticated,
+        );
+        for (key, value) in [("tls_cert", &self.tls_cert), ("tls_key", &self.tls_key)] {
+            if let Some(p) = value {
+                out.push_str(&format!("\n{key} = {}", path(p)));
+            }
+        }
+        if self.auth_token.is_some() {
+            out.push_str("\n# auth_token is set (not printed)");
+        }
+        out
+    }
+
+    /// Checks what cannot be expressed in types: a safe listening address, TLS files in
+    /// pairs, non-zero limits.
+    ///
+    /// # Errors
+    /// `Config` naming the setting and what to do.
+    pub fn validate(&self) -> Result<()> {
+        if self.auth_token.as_deref().is_some_and(|t| t.trim().is_empty()) {
+            return Err(Error::Config("the auth token is empty; give a token or leave it unset".into()));
+        }
+        if !self.listen.ip().is_loopback() && self.auth_token.is_none() && !self.allow_unauthenticated {
+            return Err(Error::Config(format!(
+                "refusing to listen on {} (not loopback) without an auth token: set --auth-token \
+                 (TOOLROUTER_AUTH_TOKEN), or pass --allow-unauthenticated to accept anyone who can reach it",
+                self.listen
+            )));
+        }
+        if self.tls_cert.is_some() != self.tls_key.is_some() {
+            return Err(Error::Config(
+                "TLS needs both --tls-cert and --tls-key (PEM files)".into(),
+            ));
+        }
+        if self.max_concurrent_requests == 0 {
+            return Err(Error::Config("max_concurrent_requests must be at least 1".into()));
+        }
+        for (key, value) in [
+            ("request_timeout", self.request_timeout),
+            ("settings_ttl", self.settings_ttl),
+        ] {
+            if value.is_zero() {
+                return Err(Error::Config(format!("{key} must be more than zero")));
+            }
+        }
+        Ok(())
     }
 
     /// Defaults, overlaid with the TOML file when one is given.
@@ -158,6 +233,76 @@ mod tests {
         let back = Config::load(Some(&path)).unwrap();
         assert_eq!(back.to_toml(), c.to_toml());
         assert_eq!(back.settings_ttl, c.settings_ttl);
+    }
+
+    #[test]
+    fn the_printed_config_never_shows_the_auth_token() {
+        let c = Config {
+            auth_token: Some("s3cret".into()),
+            tls_cert: Some(PathBuf::from("c.pem")),
+            tls_key: Some(PathBuf::from("k.pem")),
+            ..Config::default()
+        };
+        let text = c.to_toml();
+        assert!(!text.contains("s3cret"), "{text}");
+        assert!(text.contains("# auth_token is set"), "{text}");
+        let back: Config = toml::from_str(&text).unwrap();
+        assert_eq!(back.tls_key, c.tls_key);
+        assert_eq!(back.auth_token, None);
+    }
+
+    #[test]
+    fn a_non_loopback_address_needs_a_token_or_an_explicit_opt_out() {
+        let open = Config {
+            listen: "0.0.0.0:50051".parse().unwrap(),
+            ..Config::default()
+        };
+        let e = open.validate().unwrap_err().to_string();
+        assert!(e.contains("--auth-token") && e.contains("--allow-unauthenticated"), "{e}");
+        assert!(
+            Config {
+                auth_token: Some("t".into()),
+                ..open.clone()
+            }
+            .validate()
+            .is_ok()
+        );
+        assert!(
+            Config {
+                allow_unauthenticated: true,
+                ..open.clone()
+            }
+            .validate()
+            .is_ok()
+        );
+        assert!(Config::default().validate().is_ok(), "loopback needs no token");
+        assert!(
+            Config {
+                listen: "[::1]:1".parse().unwrap(),
+                ..Config::default()
+            }
+            .validate()
+            .is_ok()
+        );
+    }
+
+    #[test]
+    fn tls_files_come_in_pairs_and_limits_are_positive() {
+        let half = Config {
+            tls_cert: Some(PathBuf::from("c.pem")),
+            ..Config::default()
+        };
+        assert!(half.validate().unwrap_err().to_string().contains("--tls-key"));
+        let zero = Config {
+            max_concurrent_requests: 0,
+            ..Config::default()
+        };
+        assert!(zero.validate().is_err());
+        let blank = Config {
+            auth_token: Some(" ".into()),
+            ..Config::default()
+        };
+        assert!(blank.validate().unwrap_err().to_string().contains("empty"));
     }
 
     #[test]

@@ -24,6 +24,30 @@ pub struct Entry {
     flushed: i64,
     /// Whether the database has a row for it (a conversation that never changed has none).
     in_db: bool,
+    /// The database generation it was read from; a replaced database file means re-reading.
+    generation: u64,
+    /// Set while a write is in flight: if the operation is cancelled (client gone, request
+    /// timeout) the write may or may not have committed, so the next lock re-reads it.
+    unsure: bool,
+}
+
+/// A conversation as the database holds it (empty when it has no row).
+async fn read(db: &Db, id: &str) -> Result<Entry> {
+    let generation = db.generation();
+    Ok(match db.load_conversation(id).await? {
+        Some((last_seen, members)) => Entry {
+            state: Conversation { members },
+            last_seen,
+            flushed: last_seen,
+            in_db: true,
+            generation,
+            unsure: false,
+        },
+        None => Entry {
+            generation,
+            ..Entry::default()
+        },
+    })
 }
 
 /// The conversation store.
@@ -61,31 +85,30 @@ impl Conversations {
     /// # Errors
     /// A database fault while loading or forgetting it.
     pub async fn lock(&self, id: &str) -> Result<OwnedMutexGuard<Entry>> {
+        // A replaced database file is noticed here, before the cached entry is trusted.
+        self.db.check().await?;
         let db = self.db.clone();
         let owned_id = id.to_string();
         let entry = self
             .cache
             .try_get_with(id.to_string(), async move {
-                let entry = match db.load_conversation(&owned_id).await? {
-                    Some((last_seen, members)) => Entry {
-                        state: Conversation { members },
-                        last_seen,
-                        flushed: last_seen,
-                        in_db: true,
-                    },
-                    None => Entry::default(),
-                };
-                Ok::<_, crate::Error>(Arc::new(Mutex::new(entry)))
+                Ok::<_, crate::Error>(Arc::new(Mutex::new(read(&db, &owned_id).await?)))
             })
             .await
             .map_err(|e: Arc<crate::Error>| {
                 Arc::try_unwrap(e).unwrap_or_else(|e| crate::Error::Shared(e.to_string()))
             })?;
         let mut guard = entry.lock_owned().await;
+        if guard.unsure || guard.generation != self.db.generation() {
+            *guard = read(&self.db, id).await?;
+        }
         let now = now_ms();
         if guard.in_db && guard.last_seen.saturating_add(self.ttl_ms()) < now {
             self.db.delete_conversation(id).await?;
-            *guard = Entry::default();
+            *guard = Entry {
+                generation: guard.generation,
+                ..Entry::default()
+            };
         }
         guard.last_seen = now;
         Ok(guard)
@@ -107,7 +130,9 @@ impl Conversations {
         if changed.is_empty() {
             return Ok(());
         }
+        entry.unsure = true;
         self.db.save_members(id, entry.last_seen, &changed).await?;
+        entry.unsure = false;
         entry.state = next;
         entry.in_db = true;
         entry.flushed = entry.last_seen;

@@ -1,23 +1,72 @@
 //! The database: the pool, migrations, and every SQL statement (one fn per statement).
 //! Settings UIs write the same SQLite file, so it is opened in WAL mode with a busy timeout.
+//!
+//! The file can be deleted or replaced under a running daemon. Open connections would keep
+//! using the old, unlinked file, silently: reads would go stale and acknowledged writes would
+//! be lost. So every statement first checks that the path still names the file the pool
+//! opened; a missing file is an `Unavailable` error, and a replaced one is reopened (and
+//! migrated) before use, bumping [`Db::generation`] so cached conversations are re-read.
 
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::router::Member;
 
-/// How long a statement waits for another writer's lock before failing.
+/// How long a statement waits for another writer's lock before failing, by default.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The shared pool. Cloning is shallow.
 #[derive(Debug, Clone)]
 pub struct Db {
-    pool: SqlitePool,
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    options: SqliteConnectOptions,
+    /// The database file; `None` for an in-memory database.
+    path: Option<PathBuf>,
+    pool: ArcSwap<SqlitePool>,
+    /// The identity of the file the current pool opened.
+    file: std::sync::Mutex<Option<FileId>>,
+    /// Held while reopening, so concurrent callers reopen once.
+    reopen: tokio::sync::Mutex<()>,
+    generation: AtomicU64,
+}
+
+/// Device and inode: what tells a replaced file from the one that was opened.
+type FileId = (u64, u64);
+
+fn file_id(path: &Path) -> std::io::Result<FileId> {
+    let meta = std::fs::metadata(path)?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt as _;
+        Ok((meta.dev(), meta.ino()))
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = meta;
+        Ok((0, 0))
+    }
+}
+
+async fn open(options: &SqliteConnectOptions) -> Result<SqlitePool> {
+    let pool = SqlitePoolOptions::new()
+        .max_connections(4)
+        .connect_with(options.clone())
+        .await?;
+    sqlx::migrate!().run(&pool).await?;
+    Ok(pool)
 }
 
 impl Db {
@@ -26,30 +75,104 @@ impl Db {
     /// # Errors
     /// A bad URL, an unopenable file, or a failed migration.
     pub async fn connect(url: &str) -> Result<Db> {
+        Db::connect_with(url, BUSY_TIMEOUT).await
+    }
+
+    /// [`Db::connect`] with a given busy timeout.
+    ///
+    /// # Errors
+    /// A bad URL, an unopenable file, or a failed migration.
+    pub async fn connect_with(url: &str, busy_timeout: Duration) -> Result<Db> {
         let options = SqliteConnectOptions::from_str(url)?
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
-            .busy_timeout(BUSY_TIMEOUT)
+            .busy_timeout(busy_timeout)
             // A load acknowledged to a client must survive a crash: commit means on disk.
             .synchronous(SqliteSynchronous::Full);
-        let pool = SqlitePoolOptions::new()
-            .max_connections(4)
-            .connect_with(options)
-            .await?;
-        sqlx::migrate!().run(&pool).await?;
-        Ok(Db { pool })
+        let filename = options.get_filename();
+        let in_memory = filename.as_os_str() == ":memory:" || url.contains("mode=memory");
+        let path = (!in_memory).then(|| filename.to_path_buf());
+        let pool = open(&options).await?;
+        let file = match &path {
+            Some(p) => Some(file_id(p).map_err(|e| Error::Io {
+                context: format!("cannot inspect the database file {}", p.display()),
+                source: e,
+            })?),
+            None => None,
+        };
+        Ok(Db {
+            inner: Arc::new(Inner {
+                options,
+                path,
+                pool: ArcSwap::from_pointee(pool),
+                file: std::sync::Mutex::new(file),
+                reopen: tokio::sync::Mutex::new(()),
+                generation: AtomicU64::new(0),
+            }),
+        })
+    }
+
+    /// Bumped each time the file was found replaced and reopened.
+    pub fn generation(&self) -> u64 {
+        self.inner.generation.load(Ordering::Acquire)
+    }
+
+    fn opened_file(&self) -> Option<FileId> {
+        *self.inner.file.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The pool over the file the path names now, reopening it if it was replaced.
+    async fn pool(&self) -> Result<Arc<SqlitePool>> {
+        let Some(path) = &self.inner.path else {
+            return Ok(self.inner.pool.load_full());
+        };
+        let missing = |e: std::io::Error| {
+            Error::Unavailable(format!(
+                "the database file {} cannot be opened: {e}",
+                path.display()
+            ))
+        };
+        let now = file_id(path).map_err(missing)?;
+        if self.opened_file() == Some(now) {
+            return Ok(self.inner.pool.load_full());
+        }
+        let _guard = self.inner.reopen.lock().await;
+        let now = file_id(path).map_err(missing)?;
+        if self.opened_file() == Some(now) {
+            return Ok(self.inner.pool.load_full());
+        }
+        let pool = open(&self.inner.options).await.map_err(|e| {
+            Error::Unavailable(format!(
+                "the database file {} was replaced and cannot be reopened: {e}",
+                path.display()
+            ))
+        })?;
+        let old = self.inner.pool.swap(Arc::new(pool));
+        *self.inner.file.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(now);
+        self.inner.generation.fetch_add(1, Ordering::AcqRel);
+        tracing::warn!(path = %path.display(), "the database file was replaced; reopened it");
+        old.close().await;
+        Ok(self.inner.pool.load_full())
+    }
+
+    /// Checks that the file is still there, reopening it if it was replaced.
+    ///
+    /// # Errors
+    /// `Unavailable` when the file is missing or cannot be reopened.
+    pub async fn check(&self) -> Result<()> {
+        self.pool().await.map(drop)
     }
 
     /// Closes every connection (after the server stopped).
     pub async fn close(&self) {
-        self.pool.close().await;
+        self.inner.pool.load().close().await;
     }
 
     /// Every settings row.
     #[tracing::instrument(skip(self))]
     pub async fn read_settings(&self) -> Result<Vec<(String, String)>> {
         Ok(sqlx::query_as("SELECT key, value FROM settings")
-            .fetch_all(&self.pool)
+            .fetch_all(&*self.pool().await?)
             .await?)
     }
 
@@ -59,7 +182,7 @@ impl Db {
         sqlx::query("INSERT INTO settings (key, value) VALUES (?1, ?2) ON CONFLICT (key) DO UPDATE SET value = excluded.value")
             .bind(key)
             .bind(value)
-            .execute(&self.pool)
+            .execute(&*self.pool().await?)
             .await?;
         Ok(())
     }
@@ -69,7 +192,7 @@ impl Db {
     pub async fn unset_setting(&self, key: &str) -> Result<bool> {
         let r = sqlx::query("DELETE FROM settings WHERE key = ?1")
             .bind(key)
-            .execute(&self.pool)
+            .execute(&*self.pool().await?)
             .await?;
         Ok(r.rows_affected() > 0)
     }
@@ -77,7 +200,7 @@ impl Db {
     /// A conversation's last-seen time (Unix ms) and members in join order, if it exists.
     #[tracing::instrument(skip(self))]
     pub async fn load_conversation(&self, id: &str) -> Result<Option<(i64, Vec<Member>)>> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.pool().await?.begin().await?;
         let last_seen: Option<(i64,)> = sqlx::query_as("SELECT last_seen FROM conversations WHERE id = ?1")
             .bind(id)
             .fetch_optional(&mut *tx)
@@ -103,7 +226,7 @@ impl Db {
     /// Flags only ever turn on, so concurrent writers cannot lose each other's changes.
     #[tracing::instrument(skip(self, members))]
     pub async fn save_members(&self, id: &str, now_ms: i64, members: &[(i64, &Member)]) -> Result<()> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.pool().await?.begin().await?;
         sqlx::query(
             "INSERT INTO conversations (id, last_seen) VALUES (?1, ?2) ON CONFLICT (id) DO UPDATE SET last_seen = max(last_seen, excluded.last_seen)",
         )
@@ -134,7 +257,7 @@ impl Db {
         sqlx::query("UPDATE conversations SET last_seen = max(last_seen, ?2) WHERE id = ?1")
             .bind(id)
             .bind(now_ms)
-            .execute(&self.pool)
+            .execute(&*self.pool().await?)
             .await?;
         Ok(())
     }
@@ -142,7 +265,7 @@ impl Db {
     /// Forgets one conversation.
     #[tracing::instrument(skip(self))]
     pub async fn delete_conversation(&self, id: &str) -> Result<()> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.pool().await?.begin().await?;
         sqlx::query("DELETE FROM conversation_domains WHERE conversation_id = ?1")
             .bind(id)
             .execute(&mut *tx)
@@ -158,7 +281,7 @@ impl Db {
     /// Forgets every conversation idle since before `cutoff_ms`; returns how many.
     #[tracing::instrument(skip(self))]
     pub async fn delete_idle_conversations(&self, cutoff_ms: i64) -> Result<u64> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.pool().await?.begin().await?;
         sqlx::query(
             "DELETE FROM conversation_domains WHERE conversation_id IN (SELECT id FROM conversations WHERE last_seen < ?1)",
         )

@@ -56,6 +56,9 @@ pub enum Error {
     /// The request is well formed but the system is not in a state to serve it.
     #[error("{0}")]
     FailedPrecondition(String),
+    /// A dependency (the database) cannot be used right now; retrying later may work.
+    #[error("{0}")]
+    Unavailable(String),
     /// Bad configuration (flags, environment, config file).
     #[error("{0}")]
     Config(String),
@@ -87,6 +90,11 @@ impl From<Error> for tonic::Status {
             Error::InvalidArgument(m) => tonic::Status::invalid_argument(m),
             Error::NotFound(m) => tonic::Status::not_found(m),
             Error::FailedPrecondition(m) => tonic::Status::failed_precondition(m),
+            // The database cannot be used: the caller may retry, and learns why.
+            Error::Unavailable(_) | Error::Database(_) | Error::Shared(_) => {
+                tracing::warn!(error = %err, "request failed: database unavailable");
+                tonic::Status::unavailable(err.to_string())
+            }
             other => {
                 // The cause is for the operator's log, not for the client.
                 tracing::error!(error = %other, "internal error");

@@ -14,16 +14,21 @@
 //! - [`db`]: the SQLite pool, migrations and every SQL statement.
 //! - [`state`]: the shared state tying them together for one request.
 //! - [`service`]: the tonic `ToolRouter` service: proto to domain types and back.
-//! - [`server`]: `serve(listener, state, shutdown)` with health and reflection.
-//! - [`config`] and [`cli`]: configuration layers and the command line.
+//! - [`guard`]: auth, load shedding and the per-request timeout, in front of the services.
+//! - [`server`]: `serve(listener, state, config, shutdown)` with health, reflection, TLS and
+//!   the drain timeout.
+//! - [`config`] and [`cli`]: configuration layers and the command line; [`client`]: how
+//!   the client subcommands reach a daemon (token, TLS).
 #![warn(missing_docs)]
 
 pub mod bench;
 pub mod cli;
+pub mod client;
 pub mod config;
 pub mod conversations;
 pub mod db;
 pub mod error;
+pub mod guard;
 pub mod matcher;
 pub mod registry;
 pub mod router;

@@ -1,13 +1,19 @@
-//! `serve(listener, state, shutdown)`: the gRPC server with the `ToolRouter` service, health
-//! and reflection. The caller owns the listener (tests bind `127.0.0.1:0`) and the shutdown
-//! trigger; on shutdown the server stops accepting and finishes in-flight calls.
+//! `serve(listener, state, config, shutdown)`: the gRPC server with the `ToolRouter` service,
+//! health and reflection, behind the [`Guard`] (auth, load shedding, timeout), over TLS when
+//! configured. The caller owns the listener (tests bind `127.0.0.1:0`) and the shutdown
+//! trigger; on shutdown the server reports `NOT_SERVING`, stops accepting, and gives in-flight
+//! calls the drain timeout to finish.
 
 use std::future::Future;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
-use tonic::transport::Server;
+use tonic::transport::{Identity, Server, ServerTlsConfig};
+
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::guard::Guard;
 
 use crate::proto::tool_router_server::ToolRouterServer;
 use crate::service::ToolRouterService;
@@ -35,13 +41,32 @@ pub fn incoming(
     })
 }
 
-/// Serves until `shutdown` resolves, then drains in-flight calls and closes the database.
+/// The TLS configuration for `config`, if it names a certificate and key.
 ///
 /// # Errors
-/// A transport failure or a reflection descriptor that cannot be decoded.
+/// `Config` naming a file that cannot be read.
+pub fn tls(config: &Config) -> Result<Option<ServerTlsConfig>> {
+    let (Some(cert), Some(key)) = (&config.tls_cert, &config.tls_key) else {
+        return Ok(None);
+    };
+    let read = |p: &std::path::Path| {
+        std::fs::read(p).map_err(|e| Error::Config(format!("cannot read TLS file {}: {e}", p.display())))
+    };
+    Ok(Some(
+        ServerTlsConfig::new().identity(Identity::from_pem(read(cert)?, read(key)?)),
+    ))
+}
+
+/// Serves until `shutdown` resolves, then drains in-flight calls (for at most the drain
+/// timeout) and closes the database.
+///
+/// # Errors
+/// Unreadable or invalid TLS files, a transport failure, or a reflection descriptor that
+/// cannot be decoded.
 pub async fn serve(
     listener: TcpListener,
     state: State,
+    config: &Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let (reporter, health) = tonic_health::server::health_reporter();
@@ -56,6 +81,15 @@ pub async fn serve(
     let decode_limit = state.max_message_bytes() + REQUEST_OVERHEAD_BYTES;
     let service =
         ToolRouterServer::new(ToolRouterService::new(state.clone())).max_decoding_message_size(decode_limit);
+    let mut builder = Server::builder();
+    if let Some(tls) = tls(config)? {
+        builder = builder.tls_config(tls)?;
+    }
+    let guard = Guard::new(
+        config.auth_token.as_deref(),
+        config.max_concurrent_requests,
+        config.request_timeout,
+    );
 
     // The registry and database are ready (State::new did both), so we are serving.
     reporter
@@ -77,19 +111,53 @@ pub async fn serve(
         })
     };
 
-    tracing::info!(addr = ?listener.local_addr().ok(), "serving");
-    let result = Server::builder()
+    // Shutdown: health turns NOT_SERVING first, then the server stops accepting; the drain
+    // clock starts at the same moment.
+    let (draining, drain_started) = tokio::sync::oneshot::channel::<()>();
+    let shutdown = async move {
+        shutdown.await;
+        reporter
+            .set_not_serving::<ToolRouterServer<ToolRouterService>>()
+            .await;
+        reporter
+            .set_service_status("", tonic_health::ServingStatus::NotServing)
+            .await;
+        let _ = draining.send(());
+    };
+    let drain_timeout = config.drain_timeout;
+    let drain_expired = async move {
+        if drain_started.await.is_ok() {
+            tokio::time::sleep(drain_timeout).await;
+        } else {
+            std::future::pending::<()>().await;
+        }
+    };
+
+    tracing::info!(
+        addr = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
+        tls = config.tls_cert.is_some(),
+        auth = config.auth_token.is_some(),
+        "serving"
+    );
+    let server = builder
+        .layer(guard)
         .add_service(health)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(service)
-        .serve_with_incoming_shutdown(incoming(listener), shutdown)
-        .await;
+        .serve_with_incoming_shutdown(incoming(listener), shutdown);
+    let result = tokio::select! {
+        result = server => result.map_err(Into::into),
+        () = drain_expired => {
+            tracing::warn!(?drain_timeout, "drain timeout reached; dropping the calls still in flight");
+            Ok(())
+        }
+    };
     let _ = stop_upkeep.send(());
     if let Err(e) = upkeep.await {
         tracing::error!(error = %e, "conversation upkeep task failed");
     }
     state.close().await;
     tracing::info!("stopped");
-    Ok(result?)
+    result
 }

@@ -175,7 +175,7 @@ impl ToolRouter for ToolRouterService {
         &self,
         _request: Request<proto::ListGroupsRequest>,
     ) -> Result<Response<proto::ListGroupsResponse>, Status> {
-        let view = self.state.view().await?;
+        let view = self.state.view().await;
         Ok(Response::new(proto::ListGroupsResponse {
             groups: groups(&view),
             prompt_section: view.activation.prompt_section(&view.registry),
@@ -187,7 +187,7 @@ impl ToolRouter for ToolRouterService {
         &self,
         _request: Request<proto::ListAllToolsRequest>,
     ) -> Result<Response<proto::ListAllToolsResponse>, Status> {
-        let view = self.state.view().await?;
+        let view = self.state.view().await;
         let domains = view.registry.domains();
         // Core domains first, then the rest; each part is already by name.
         let ordered = domains
@@ -222,6 +222,18 @@ impl ToolRouter for ToolRouterService {
         let id = conversation_id(id)?.unwrap_or(id);
         self.state.reset_conversation(id).await?;
         Ok(Response::new(proto::ResetConversationResponse {}))
+    }
+
+    async fn reload_registry(
+        &self,
+        _request: Request<proto::ReloadRegistryRequest>,
+    ) -> Result<Response<proto::ReloadRegistryResponse>, Status> {
+        let r = self.state.reload().await?;
+        Ok(Response::new(proto::ReloadRegistryResponse {
+            registry_version: r.registry_version,
+            domains: u32::try_from(r.domains).unwrap_or(u32::MAX),
+            tools: u32::try_from(r.tools).unwrap_or(u32::MAX),
+        }))
     }
 }
 

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwap;
 
 use crate::db::Db;
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// All settings rows at one moment.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -37,12 +37,18 @@ impl Snapshot {
 
 struct Cached {
     snapshot: Arc<Snapshot>,
+    /// When the table was last read, or last failed to be read: the next try is a TTL later.
     read_at: Instant,
+    /// Why the last read failed; `None` after a good read.
+    failure: Option<Arc<str>>,
 }
 
 /// The TTL cache in front of the settings table. Readers never lock: they load the current
 /// snapshot; only a stale read takes the refresh lock, and concurrent stale readers wait for
 /// one re-read instead of each querying.
+///
+/// A failed re-read keeps the last good snapshot: routing goes on with it, the failure is
+/// logged once per streak of failures, and the table is tried again each TTL.
 pub struct SettingsCache {
     db: Db,
     ttl: Duration,
@@ -54,12 +60,13 @@ impl SettingsCache {
     /// Reads the table once and caches it.
     ///
     /// # Errors
-    /// When the first read fails.
+    /// When the first read fails: there is no good snapshot to fall back on.
     pub async fn new(db: Db, ttl: Duration) -> Result<SettingsCache> {
         let snapshot = Arc::new(Snapshot::new(db.read_settings().await?));
         let current = ArcSwap::from_pointee(Cached {
             snapshot,
             read_at: Instant::now(),
+            failure: None,
         });
         Ok(SettingsCache {
             db,
@@ -69,40 +76,71 @@ impl SettingsCache {
         })
     }
 
-    /// The cached snapshot, re-read first when older than the TTL.
-    ///
-    /// # Errors
-    /// When a due re-read fails.
-    pub async fn get(&self) -> Result<Arc<Snapshot>> {
+    /// The cached snapshot, re-read first when older than the TTL. When the re-read fails
+    /// this is the last good snapshot.
+    pub async fn get(&self) -> Arc<Snapshot> {
         let cached = self.current.load();
         if cached.read_at.elapsed() < self.ttl {
-            return Ok(cached.snapshot.clone());
+            return cached.snapshot.clone();
         }
         drop(cached);
         let _guard = self.refresh.lock().await;
         let cached = self.current.load();
         if cached.read_at.elapsed() < self.ttl {
-            return Ok(cached.snapshot.clone());
+            return cached.snapshot.clone();
         }
-        self.reread().await
+        self.reread().await.unwrap_or_else(|_| self.current.load().snapshot.clone())
     }
 
     /// Drops the cache and re-reads the table at once.
     ///
     /// # Errors
-    /// When the re-read fails.
+    /// `Unavailable` with the cause when the table cannot be read; the last good snapshot
+    /// stays in use.
     pub async fn invalidate(&self) -> Result<Arc<Snapshot>> {
         let _guard = self.refresh.lock().await;
         self.reread().await
     }
 
+    /// Why the last read failed, while it keeps failing.
+    pub fn failure(&self) -> Option<Arc<str>> {
+        self.current.load().failure.clone()
+    }
+
     async fn reread(&self) -> Result<Arc<Snapshot>> {
-        let snapshot = Arc::new(Snapshot::new(self.db.read_settings().await?));
-        self.current.store(Arc::new(Cached {
-            snapshot: snapshot.clone(),
-            read_at: Instant::now(),
-        }));
-        Ok(snapshot)
+        let previous = self.current.load_full();
+        match self.db.read_settings().await {
+            Ok(rows) => {
+                if previous.failure.is_some() {
+                    tracing::info!("the settings table is readable again");
+                }
+                let snapshot = Arc::new(Snapshot::new(rows));
+                self.current.store(Arc::new(Cached {
+                    snapshot: snapshot.clone(),
+                    read_at: Instant::now(),
+                    failure: None,
+                }));
+                Ok(snapshot)
+            }
+            Err(e) => {
+                let cause: Arc<str> = e.to_string().into();
+                if previous.failure.is_none() {
+                    tracing::error!(
+                        error = %cause,
+                        retry_every = ?self.ttl,
+                        "cannot read the settings table; routing with the last settings read"
+                    );
+                }
+                self.current.store(Arc::new(Cached {
+                    snapshot: previous.snapshot.clone(),
+                    read_at: Instant::now(),
+                    failure: Some(cause.clone()),
+                }));
+                Err(Error::Unavailable(format!(
+                    "cannot read the settings table ({cause}); still routing with the settings read before"
+                )))
+            }
+        }
     }
 }
 
@@ -137,28 +175,28 @@ mod tests {
     #[tokio::test]
     async fn a_change_is_visible_at_once_after_invalidation() {
         let (_dir, cache, ui) = setup(Duration::from_secs(3600)).await;
-        assert!(!cache.get().await.unwrap().is_set("k"));
+        assert!(!cache.get().await.is_set("k"));
         ui.set_setting("k", "v").await.unwrap();
         assert!(
-            !cache.get().await.unwrap().is_set("k"),
+            !cache.get().await.is_set("k"),
             "cached until the TTL or an invalidation"
         );
         assert!(cache.invalidate().await.unwrap().is_set("k"));
-        assert!(cache.get().await.unwrap().is_set("k"));
+        assert!(cache.get().await.is_set("k"));
     }
 
     #[tokio::test]
     async fn a_change_is_visible_after_the_ttl_without_invalidation() {
         let ttl = Duration::from_millis(200);
         let (_dir, cache, ui) = setup(ttl).await;
-        assert!(!cache.get().await.unwrap().is_set("k"));
+        assert!(!cache.get().await.is_set("k"));
         ui.set_setting("k", "v").await.unwrap();
         tokio::time::sleep(ttl + Duration::from_millis(50)).await;
-        assert!(cache.get().await.unwrap().is_set("k"));
+        assert!(cache.get().await.is_set("k"));
         ui.set_setting("k", "   ").await.unwrap();
         tokio::time::sleep(ttl + Duration::from_millis(50)).await;
         assert!(
-            !cache.get().await.unwrap().is_set("k"),
+            !cache.get().await.is_set("k"),
             "whitespace counts as unset"
         );
     }

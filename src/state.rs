@@ -2,6 +2,7 @@
 //! a consistent view (registry, automaton, settings snapshot, activation), asks the pure
 //! router, and persists what the decision changed before answering.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,8 +11,8 @@ use arc_swap::ArcSwap;
 use crate::config::Config;
 use crate::conversations::Conversations;
 use crate::db::Db;
-use crate::error::Result;
-use crate::matcher::Matcher;
+use crate::error::{Error, Result};
+use crate::matcher::{MatchMode, Matcher};
 use crate::registry::Registry;
 use crate::router::{self, Activation, Decision, Load, Options};
 use crate::settings::{SettingsCache, Snapshot};
@@ -45,6 +46,22 @@ struct Inner {
     options: Options,
     max_message_bytes: usize,
     view: ArcSwap<View>,
+    /// Where the registry is reloaded from: these folders, or the demo registry when empty.
+    manifests: Vec<PathBuf>,
+    keyword_match: MatchMode,
+    /// Serialises reloads, so the last one to finish is the last one started.
+    reload: tokio::sync::Mutex<()>,
+}
+
+/// What a reload installed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reloaded {
+    /// The new registry's version.
+    pub registry_version: u64,
+    /// Its domains.
+    pub domains: usize,
+    /// Its tools.
+    pub tools: usize,
 }
 
 impl State {
@@ -53,9 +70,9 @@ impl State {
     /// # Errors
     /// A database fault or an automaton too large to build.
     pub async fn new(registry: Registry, config: &Config) -> Result<State> {
-        let db = Db::connect(&config.database).await?;
+        let db = Db::connect_with(&config.database, config.busy_timeout).await?;
         let settings = SettingsCache::new(db.clone(), config.settings_ttl).await?;
-        let snapshot = settings.get().await?;
+        let snapshot = settings.get().await;
         let registry = Arc::new(registry);
         let matcher = Arc::new(Matcher::new(registry.keywords(), config.keyword_match)?);
         let activation = Activation::new(&registry, &snapshot);
@@ -80,6 +97,9 @@ impl State {
                 },
                 max_message_bytes: config.max_message_bytes,
                 view: ArcSwap::from_pointee(view),
+                manifests: config.manifests.clone(),
+                keyword_match: config.keyword_match,
+                reload: tokio::sync::Mutex::new(()),
             }),
         })
     }
@@ -89,13 +109,11 @@ impl State {
         self.inner.max_message_bytes
     }
 
-    /// The current view, with settings no older than the TTL.
-    ///
-    /// # Errors
-    /// When a due settings re-read fails.
-    pub async fn view(&self) -> Result<Arc<View>> {
-        let snapshot = self.inner.settings.get().await?;
-        Ok(self.view_for(snapshot))
+    /// The current view, with settings no older than the TTL (or the last good settings
+    /// while the table cannot be read).
+    pub async fn view(&self) -> Arc<View> {
+        let snapshot = self.inner.settings.get().await;
+        self.view_for(snapshot)
     }
 
     /// The view for this snapshot, deriving activation only when the snapshot changed.
@@ -110,8 +128,9 @@ impl State {
             activation: Activation::new(&view.registry, &snapshot),
             settings: snapshot,
         });
-        // Concurrent callers may derive the same view twice; either store is correct.
-        self.inner.view.store(next.clone());
+        // Only over the view it was derived from: a registry reloaded meanwhile is kept (this
+        // caller still answers from its own consistent view).
+        self.inner.view.compare_and_swap(&view, next.clone());
         next
     }
 
@@ -119,35 +138,41 @@ impl State {
     /// answering.
     ///
     /// # Errors
-    /// A database fault reading settings or persisting the conversation.
+    /// None today: a conversation store fault degrades the answer instead (see above).
     pub async fn route(&self, message: &str, conversation_id: Option<&str>) -> Result<(Arc<View>, Decision)> {
-        let view = self.view().await?;
-        let options = &self.inner.options;
-        let Some(id) = conversation_id else {
-            let decision = router::route(
+        let view = self.view().await;
+        let decide = |conversation: Option<&router::Conversation>| {
+            router::route(
                 &view.registry,
                 &view.matcher,
                 &view.activation,
-                None,
+                conversation,
                 message,
-                options,
-            );
+                &self.inner.options,
+            )
+        };
+        let Some(id) = conversation_id else {
+            let decision = decide(None);
             return Ok((view, decision));
         };
         let convs = &self.inner.conversations;
-        let mut entry = convs.lock(id).await?;
-        let decision = router::route(
-            &view.registry,
-            &view.matcher,
-            &view.activation,
-            Some(&entry.state),
-            message,
-            options,
-        );
+        // A turn is answered even when the conversation store cannot be used: without the
+        // conversation's memory, and without remembering this turn's hits.
+        let mut entry = match convs.lock(id).await {
+            Ok(entry) => entry,
+            Err(e) => {
+                tracing::warn!(error = %e, "conversation unavailable; routing without its memory");
+                let decision = decide(None);
+                return Ok((view, decision));
+            }
+        };
+        let decision = decide(Some(&entry.state));
         if !decision.new_hits.is_empty() {
             let mut next = entry.state.clone();
             next.record_hits(&view.registry, &decision.new_hits);
-            convs.save(id, &mut entry, next).await?;
+            if let Err(e) = convs.save(id, &mut entry, next).await {
+                tracing::warn!(error = %e, "cannot remember this turn's keyword hits");
+            }
         }
         Ok((view, decision))
     }
@@ -157,7 +182,7 @@ impl State {
     /// # Errors
     /// `NotFound`/`FailedPrecondition` as the router decides, or a database fault.
     pub async fn load_group(&self, conversation_id: &str, group: &str) -> Result<(Arc<View>, Load)> {
-        let view = self.view().await?;
+        let view = self.view().await;
         let convs = &self.inner.conversations;
         let mut entry = convs.lock(conversation_id).await?;
         let load = router::load(&view.registry, &view.activation, &entry.state, group)?;
@@ -172,10 +197,60 @@ impl State {
     /// Drops the settings cache and re-reads the table at once.
     ///
     /// # Errors
-    /// When the re-read fails.
+    /// `Unavailable` with the cause when the table cannot be read (routing goes on with the
+    /// last good settings).
     pub async fn invalidate_settings(&self) -> Result<Arc<View>> {
         let snapshot = self.inner.settings.invalidate().await?;
         Ok(self.view_for(snapshot))
+    }
+
+    /// Reloads the registry from where it was first loaded and swaps it in whole: a call in
+    /// flight answers from the old registry or the new one, never a mix. Invalid manifests
+    /// leave the old registry serving.
+    ///
+    /// # Errors
+    /// `FailedPrecondition` listing every manifest problem, or an automaton too large.
+    pub async fn reload(&self) -> Result<Reloaded> {
+        let _serial = self.inner.reload.lock().await;
+        let dirs = self.inner.manifests.clone();
+        let loaded = tokio::task::spawn_blocking(move || {
+            if dirs.is_empty() {
+                Ok(Registry::demo())
+            } else {
+                Registry::load_dirs(&dirs)
+            }
+        })
+        .await
+        .map_err(|e| Error::Unavailable(format!("the reload task failed: {e}")))?;
+        let registry = match loaded {
+            Ok(r) => Arc::new(r),
+            Err(Error::Manifests(errors)) => {
+                let version = self.inner.view.load().registry.version();
+                return Err(Error::FailedPrecondition(format!(
+                    "The manifests are invalid; still serving registry version {version:016x}.\n{errors}"
+                )));
+            }
+            Err(other) => return Err(other),
+        };
+        let matcher = Arc::new(Matcher::new(registry.keywords(), self.inner.keyword_match)?);
+        self.inner.view.rcu(|current| View {
+            registry: registry.clone(),
+            matcher: matcher.clone(),
+            settings: current.settings.clone(),
+            activation: Activation::new(&registry, &current.settings),
+        });
+        let reloaded = Reloaded {
+            registry_version: registry.version(),
+            domains: registry.domains().len(),
+            tools: registry.tool_count(),
+        };
+        tracing::info!(
+            registry_version = %format!("{:016x}", reloaded.registry_version),
+            domains = reloaded.domains,
+            tools = reloaded.tools,
+            "registry reloaded"
+        );
+        Ok(reloaded)
     }
 
     /// Forgets one conversation.

@@ -97,4 +97,11 @@ impl ToolRouter for BaselineService {
     ) -> Result<Response<proto::ResetConversationResponse>, Status> {
         unimplemented()
     }
+
+    async fn reload_registry(
+        &self,
+        _: Request<proto::ReloadRegistryRequest>,
+    ) -> Result<Response<proto::ReloadRegistryResponse>, Status> {
+        unimplemented()
+    }
 }

@@ -1,15 +1,31 @@
-//! The load generator: a tonic client that sends `Route` requests at a fixed concurrency for a
-//! fixed time, checks every status, decodes every response, and reports requests/s and
-//! latency percentiles (HdrHistogram).
+//! The load generator: a tonic client that sends requests at a fixed concurrency for a fixed
+//! time, checks every status, decodes every response, and reports requests/s and latency
+//! percentiles (HdrHistogram).
+//!
+//! Two workloads: `route` (only `Route`, no conversation: the throughput benchmark) and
+//! `mixed` (the soak: mostly `Route` within conversations, plus `LoadToolGroup`,
+//! `ListGroups`, `InvalidateSettings` and `ReloadRegistry`).
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 use serde_json::Value;
-use tonic::transport::Endpoint;
+use tonic::Code;
 
-use crate::proto::{RouteRequest, tool_router_client::ToolRouterClient};
+use crate::client::{Client, Connection};
+use crate::proto::{self, RouteRequest};
+
+/// Which calls the load generator sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Mix {
+    /// Only `Route`, without a conversation.
+    Route,
+    /// Of every 100 calls: 90 `Route` (two in three within a conversation), 4
+    /// `LoadToolGroup`, 3 `ListGroups`, 2 `InvalidateSettings`, 1 `ReloadRegistry`.
+    Mixed,
+}
 
 /// What one run measured.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -22,10 +38,17 @@ pub struct Report {
     pub p99_us: u64,
     /// 99.9th percentile latency, microseconds.
     pub p999_us: u64,
-    /// Requests that failed (any non-OK status or transport error).
+    /// Requests that failed unexpectedly (any other non-OK status or transport error).
     pub errors: u64,
     /// Requests answered OK.
     pub ok: u64,
+    /// `LoadToolGroup` calls refused as the contract says they must be (`FAILED_PRECONDITION`
+    /// for a group the flipped settings made inactive): correct answers, not errors.
+    pub refused: u64,
+    /// OK answers per call.
+    pub calls: BTreeMap<&'static str, u64>,
+    /// Unexpected failures per call and status code, e.g. `Route UNAVAILABLE`.
+    pub failures: BTreeMap<String, u64>,
     /// Concurrent in-flight requests.
     pub concurrency: usize,
     /// Measured duration, seconds.
@@ -71,22 +94,92 @@ fn histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 60_000_000, 3).expect("valid histogram bounds")
 }
 
-/// Sends `Route` requests to `addr` from `concurrency` tasks for `duration`.
+/// What one worker saw.
+struct Tally {
+    hist: Histogram<u64>,
+    ok: u64,
+    errors: u64,
+    refused: u64,
+    calls: BTreeMap<&'static str, u64>,
+    failures: BTreeMap<String, u64>,
+}
+
+/// How one call ended.
+enum Outcome {
+    Ok,
+    Refused,
+    Failed(String),
+}
+
+fn outcome<T>(result: Result<tonic::Response<T>, tonic::Status>, valid: impl FnOnce(&T) -> bool) -> Outcome {
+    match result {
+        Ok(r) if valid(r.get_ref()) => Outcome::Ok,
+        Ok(_) => Outcome::Failed("empty answer".into()),
+        Err(s) => Outcome::Failed(format!("{:?}: {}", s.code(), s.message())),
+    }
+}
+
+/// One call of the mix, chosen by the worker's call counter.
+async fn call(client: &mut Client, mix: Mix, worker: usize, n: usize, message: String, groups: &[String]) -> (&'static str, Outcome) {
+    let slot = n % 100;
+    // Conversations of 50 calls each, distinct per worker.
+    let conversation = format!("soak-{worker}-{}", n / 50);
+    match (mix, slot) {
+        (Mix::Route, _) | (Mix::Mixed, 10..) => {
+            let conversation_id = if mix == Mix::Mixed && slot % 3 != 0 { conversation } else { String::new() };
+            let r = client.route(RouteRequest { message, conversation_id }).await;
+            ("Route", outcome(r, |r| !r.tools.is_empty() || !r.domains.is_empty()))
+        }
+        (Mix::Mixed, 0..=3) => {
+            let group_name = groups.get(n % groups.len().max(1)).cloned().unwrap_or_default();
+            let r = client
+                .load_tool_group(proto::LoadToolGroupRequest { conversation_id: conversation, group_name })
+                .await;
+            let o = match r {
+                Err(s) if s.code() == Code::FailedPrecondition => Outcome::Refused,
+                r => outcome(r, |r| r.group.is_some()),
+            };
+            ("LoadToolGroup", o)
+        }
+        (Mix::Mixed, 4..=6) => {
+            let r = client.list_groups(proto::ListGroupsRequest {}).await;
+            ("ListGroups", outcome(r, |r| !r.groups.is_empty()))
+        }
+        (Mix::Mixed, 7..=8) => {
+            let r = client.invalidate_settings(proto::InvalidateSettingsRequest {}).await;
+            ("InvalidateSettings", outcome(r, |_| true))
+        }
+        (Mix::Mixed, _) => {
+            let r = client.reload_registry(proto::ReloadRegistryRequest {}).await;
+            ("ReloadRegistry", outcome(r, |r| r.domains > 0))
+        }
+    }
+}
+
+/// Sends the `mix` to the daemon from `concurrency` tasks for `duration`.
 ///
 /// # Errors
 /// When the daemon cannot be reached at all.
 pub async fn run(
-    addr: &str,
+    conn: &Connection,
     duration: Duration,
     concurrency: usize,
     messages: Vec<String>,
+    mix: Mix,
 ) -> crate::Result<Report> {
-    let channel = Endpoint::from_shared(addr.to_string())
-        .map_err(|e| crate::Error::Config(format!("invalid address {addr:?}: {e}")))?
-        .tcp_nodelay(true)
-        .connect()
-        .await
-        .map_err(|e| crate::Error::Config(format!("cannot reach {addr}: {e}")))?;
+    let client = conn.client().await?.max_decoding_message_size(64 << 20);
+    // Every non-core group, for LoadToolGroup.
+    let groups: Vec<String> = if mix == Mix::Mixed {
+        let mut c = client.clone();
+        let all = c
+            .list_groups(proto::ListGroupsRequest {})
+            .await
+            .map_err(|s| crate::Error::Unavailable(format!("ListGroups failed: {}", s.message())))?;
+        all.into_inner().groups.into_iter().filter(|g| !g.core).map(|g| g.name).collect()
+    } else {
+        Vec::new()
+    };
+    let groups = std::sync::Arc::new(groups);
     let messages = std::sync::Arc::new(messages);
     // A short warm-up so connection set-up and first-touch allocation are not measured.
     let warmup = Duration::from_millis(500).min(duration / 10);
@@ -95,50 +188,70 @@ pub async fn run(
     let deadline = measure_from + duration;
     let mut tasks = Vec::with_capacity(concurrency);
     for worker in 0..concurrency {
-        let mut client = ToolRouterClient::new(channel.clone()).max_decoding_message_size(64 << 20);
+        let mut client = client.clone();
         let messages = messages.clone();
+        let groups = groups.clone();
         tasks.push(tokio::spawn(async move {
-            let mut hist = histogram();
-            let (mut ok, mut errors) = (0u64, 0u64);
-            let mut i = worker;
+            let mut t = Tally {
+                hist: histogram(),
+                ok: 0,
+                errors: 0,
+                refused: 0,
+                calls: BTreeMap::new(),
+                failures: BTreeMap::new(),
+            };
+            let mut n = worker;
             loop {
                 let sent = Instant::now();
                 if sent >= deadline {
                     break;
                 }
-                let message = messages[i % messages.len()].clone();
-                i += 1;
-                let result = client
-                    .route(RouteRequest {
-                        message,
-                        conversation_id: String::new(),
-                    })
-                    .await;
+                let message = messages[n % messages.len()].clone();
+                let (name, result) = call(&mut client, mix, worker, n, message, &groups).await;
+                n += 1;
                 let took = sent.elapsed();
                 if sent < measure_from {
                     continue;
                 }
                 match result {
-                    Ok(r) if !r.get_ref().tools.is_empty() || !r.get_ref().domains.is_empty() => {
-                        ok += 1;
-                        hist.saturating_record(took.as_micros() as u64);
+                    Outcome::Ok => {
+                        t.ok += 1;
+                        *t.calls.entry(name).or_default() += 1;
+                        t.hist.saturating_record(took.as_micros() as u64);
                     }
-                    _ => errors += 1,
+                    Outcome::Refused => t.refused += 1,
+                    Outcome::Failed(why) => {
+                        if t.errors == 0 {
+                            tracing::warn!(call = name, error = %why, "call failed");
+                        }
+                        t.errors += 1;
+                        let code = why.split(':').next().unwrap_or_default().to_string();
+                        *t.failures.entry(format!("{name} {code}")).or_default() += 1;
+                    }
                 }
             }
-            (hist, ok, errors)
+            t
         }));
     }
     let mut hist = histogram();
-    let (mut ok, mut errors) = (0, 0);
-    for t in tasks {
-        let (h, o, e) = t
+    let (mut ok, mut errors, mut refused) = (0, 0, 0);
+    let mut calls = BTreeMap::new();
+    let mut failures = BTreeMap::new();
+    for task in tasks {
+        let t = task
             .await
             .map_err(|e| crate::Error::Config(format!("load task failed: {e}")))?;
-        hist.add(h)
+        hist.add(t.hist)
             .map_err(|e| crate::Error::Config(format!("histogram merge: {e}")))?;
-        ok += o;
-        errors += e;
+        ok += t.ok;
+        errors += t.errors;
+        refused += t.refused;
+        for (k, v) in t.calls {
+            *calls.entry(k).or_default() += v;
+        }
+        for (k, v) in t.failures {
+            *failures.entry(k).or_default() += v;
+        }
     }
     let seconds = duration.as_secs_f64();
     Ok(Report {
@@ -148,6 +261,9 @@ pub async fn run(
         p999_us: hist.value_at_quantile(0.999),
         errors,
         ok,
+        refused,
+        calls,
+        failures,
         concurrency,
         seconds,
     })

@@ -183,29 +183,46 @@ impl Registry {
     /// Loads every `*.json` and `*.toml` file directly inside each folder.
     ///
     /// # Errors
-    /// A folder that cannot be read, or every manifest problem found.
+    /// `Manifests` with every problem found: folders or files that cannot be read, and every
+    /// problem in the files that can.
     pub fn load_dirs(dirs: &[PathBuf]) -> Result<Registry> {
         let mut sources = Vec::new();
+        let mut unreadable = Vec::new();
+        let mut problem = |path: &std::path::Path, what: &str, e: std::io::Error| {
+            unreadable.push(ManifestError {
+                path: path.display().to_string(),
+                position: None,
+                message: format!("cannot read {what}: {e}"),
+            });
+        };
         for dir in dirs {
-            let entries = std::fs::read_dir(dir).map_err(|source| crate::Error::Io {
-                context: format!("cannot read manifest folder {}", dir.display()),
-                source,
-            })?;
+            let entries = match std::fs::read_dir(dir) {
+                Ok(entries) => entries,
+                Err(e) => {
+                    problem(dir, "manifest folder", e);
+                    continue;
+                }
+            };
             let mut paths: Vec<PathBuf> = entries
                 .filter_map(|e| e.ok().map(|e| e.path()))
                 .filter(|p| p.is_file() && manifest::Format::of(p).is_some())
                 .collect();
             paths.sort();
             for path in paths {
-                let text = std::fs::read_to_string(&path).map_err(|source| crate::Error::Io {
-                    context: format!("cannot read manifest {}", path.display()),
-                    source,
-                })?;
-                sources.push((path.display().to_string(), text));
+                match std::fs::read_to_string(&path) {
+                    Ok(text) => sources.push((path.display().to_string(), text)),
+                    Err(e) => problem(&path, "manifest", e),
+                }
             }
         }
-        Self::from_sources(sources.iter().map(|(p, t)| (p.as_str(), t.as_str())))
-            .map_err(crate::Error::Manifests)
+        match Self::from_sources(sources.iter().map(|(p, t)| (p.as_str(), t.as_str()))) {
+            Ok(registry) if unreadable.is_empty() => Ok(registry),
+            Ok(_) => Err(crate::Error::Manifests(ManifestErrors(unreadable))),
+            Err(ManifestErrors(mut errors)) => {
+                unreadable.append(&mut errors);
+                Err(crate::Error::Manifests(ManifestErrors(unreadable)))
+            }
+        }
     }
 
     /// Parses and validates manifests given as (path, contents); the path's extension picks

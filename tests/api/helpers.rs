@@ -60,8 +60,9 @@ pub async fn spawn_app_with(config: Config, registry: Registry) -> TestApp {
     let addr = listener.local_addr().unwrap();
     let state = State::new(registry, &config).await.expect("state");
     let (tx, rx) = oneshot::channel::<()>();
+    let server_config = config.clone();
     let server = tokio::spawn(async move {
-        toolrouter::server::serve(listener, state, async {
+        toolrouter::server::serve(listener, state, &server_config, async {
             let _ = rx.await;
         })
         .await

@@ -1,0 +1,112 @@
+//! Reaching a running daemon: address, bearer token and TLS trust, shared by the client
+//! subcommands and the load generator.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
+
+use crate::error::{Error, Result};
+use crate::proto::tool_router_client::ToolRouterClient;
+
+/// Default daemon address for the client subcommands.
+pub const DEFAULT_ADDR: &str = "http://127.0.0.1:50051";
+
+/// How a client reaches the daemon.
+#[derive(Debug, Clone, Args)]
+pub struct Connection {
+    /// The daemon's URL (`https://` when it serves TLS).
+    #[arg(long, env = "TOOLROUTER_ADDR", default_value = DEFAULT_ADDR)]
+    pub addr: String,
+    /// Bearer token, when the daemon requires one.
+    #[arg(long, env = "TOOLROUTER_AUTH_TOKEN", hide_env_values = true)]
+    pub auth_token: Option<String>,
+    /// CA certificate (PEM) that signed the daemon's certificate, for an `https://` address.
+    #[arg(long, env = "TOOLROUTER_TLS_CA")]
+    pub tls_ca: Option<PathBuf>,
+}
+
+/// Adds the bearer token, when there is one, to every call.
+#[derive(Clone)]
+pub struct BearerToken(Option<MetadataValue<Ascii>>);
+
+impl tonic::service::Interceptor for BearerToken {
+    fn call(&mut self, mut request: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(v) = &self.0 {
+            request.metadata_mut().insert("authorization", v.clone());
+        }
+        Ok(request)
+    }
+}
+
+/// A `ToolRouter` client that sends the bearer token.
+pub type Client = ToolRouterClient<InterceptedService<Channel, BearerToken>>;
+
+/// The innermost cause: transport errors wrap the useful part several levels down.
+pub fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut cur = e;
+    while let Some(next) = cur.source() {
+        cur = next;
+    }
+    cur.to_string()
+}
+
+impl Connection {
+    /// A connection to `addr` without token or TLS.
+    pub fn plain(addr: impl Into<String>) -> Connection {
+        Connection {
+            addr: addr.into(),
+            auth_token: None,
+            tls_ca: None,
+        }
+    }
+
+    /// Connects a channel (for health or other services).
+    ///
+    /// # Errors
+    /// `Config` for a bad address or CA file, `Unavailable` when the daemon cannot be reached.
+    pub async fn channel(&self) -> Result<Channel> {
+        let addr = &self.addr;
+        let mut endpoint = Endpoint::from_shared(addr.clone())
+            .map_err(|e| Error::Config(format!("invalid --addr {addr:?}: {e}")))?
+            .connect_timeout(Duration::from_secs(5))
+            .tcp_nodelay(true);
+        if let Some(ca) = &self.tls_ca {
+            let pem = std::fs::read(ca)
+                .map_err(|e| Error::Config(format!("cannot read --tls-ca {}: {e}", ca.display())))?;
+            let tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(pem));
+            endpoint = endpoint
+                .tls_config(tls)
+                .map_err(|e| Error::Config(format!("TLS: {}", root_cause(&e))))?;
+        }
+        endpoint.connect().await.map_err(|e| {
+            Error::Unavailable(format!("cannot reach the daemon at {addr}: {}", root_cause(&e)))
+        })
+    }
+
+    /// The interceptor adding this connection's token.
+    ///
+    /// # Errors
+    /// `Config` when the token is not printable ASCII.
+    pub fn token(&self) -> Result<BearerToken> {
+        let value = self
+            .auth_token
+            .as_ref()
+            .map(|t| format!("Bearer {t}").parse())
+            .transpose()
+            .map_err(|_| Error::Config("the auth token must be printable ASCII".into()))?;
+        Ok(BearerToken(value))
+    }
+
+    /// Connects a `ToolRouter` client that sends the token.
+    ///
+    /// # Errors
+    /// As [`Connection::channel`] and [`Connection::token`].
+    pub async fn client(&self) -> Result<Client> {
+        let token = self.token()?;
+        Ok(ToolRouterClient::with_interceptor(self.channel().await?, token))
+    }
+}

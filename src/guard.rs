@@ -1,0 +1,198 @@
+//! Admission control in front of every service but health: the bearer token, the
+//! concurrency limit with load shedding, and the per-request timeout. One tower layer, so
+//! the services behind it stay unaware of all three.
+//!
+//! - **Auth.** With a token configured, a call without `authorization: Bearer <token>` is
+//!   answered `UNAUTHENTICATED`; the token is compared in constant time.
+//! - **Load shedding.** At most `max_concurrent` calls run at once; one more is answered
+//!   `RESOURCE_EXHAUSTED` at once instead of queueing without bound.
+//! - **Timeout.** A call that runs longer than `timeout` is answered `DEADLINE_EXCEEDED`
+//!   (its work is dropped; nothing it did not finish is acknowledged).
+//!
+//! Health stays outside all three, so a load balancer can probe an overloaded or locked-down
+//! daemon.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use subtle::ConstantTimeEq as _;
+use tokio::sync::Semaphore;
+use tonic::Status;
+use tonic::codegen::http;
+use tower_service::Service;
+
+/// Paths under this prefix (gRPC health) skip the guard.
+const HEALTH_PREFIX: &str = "/grpc.health.v1.Health/";
+
+/// The policy; a tower layer. Cloning is shallow.
+#[derive(Clone)]
+pub struct Guard {
+    policy: Arc<Policy>,
+}
+
+struct Policy {
+    token: Option<Box<[u8]>>,
+    permits: Arc<Semaphore>,
+    max_concurrent: usize,
+    timeout: Duration,
+}
+
+impl Guard {
+    /// A guard requiring `token` (when given), admitting `max_concurrent` calls at once and
+    /// allowing each `timeout`.
+    pub fn new(token: Option<&str>, max_concurrent: usize, timeout: Duration) -> Guard {
+        Guard {
+            policy: Arc::new(Policy {
+                token: token.map(|t| t.as_bytes().into()),
+                permits: Arc::new(Semaphore::new(max_concurrent)),
+                max_concurrent,
+                timeout,
+            }),
+        }
+    }
+}
+
+impl Policy {
+    fn authorize(&self, headers: &http::HeaderMap) -> Result<(), Status> {
+        let Some(expected) = &self.token else {
+            return Ok(());
+        };
+        let Some(value) = headers.get(http::header::AUTHORIZATION) else {
+            return Err(Status::unauthenticated(
+                "This daemon requires 'authorization: Bearer <token>' metadata on every call.",
+            ));
+        };
+        let value = value.as_bytes();
+        // The scheme is case-insensitive (RFC 9110); the token is compared in constant time.
+        let scheme_ok = value.len() > 7 && value[..7].eq_ignore_ascii_case(b"bearer ");
+        let given = value.get(7..).unwrap_or_default();
+        if scheme_ok && bool::from(given.ct_eq(expected)) {
+            Ok(())
+        } else {
+            Err(Status::unauthenticated(
+                "The bearer token is not the one this daemon was started with.",
+            ))
+        }
+    }
+}
+
+impl<S> tower_layer::Layer<S> for Guard {
+    type Service = Guarded<S>;
+
+    fn layer(&self, inner: S) -> Guarded<S> {
+        Guarded {
+            inner,
+            policy: self.policy.clone(),
+        }
+    }
+}
+
+/// A service behind the guard.
+#[derive(Clone)]
+pub struct Guarded<S> {
+    inner: S,
+    policy: Arc<Policy>,
+}
+
+type BoxFuture<T, E> = Pin<Box<dyn Future<Output = Result<T, E>> + Send>>;
+
+impl<S, B, R> Service<http::Request<B>> for Guarded<S>
+where
+    S: Service<http::Request<B>, Response = http::Response<R>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    B: Send + 'static,
+    R: Default + Send + 'static,
+{
+    type Response = http::Response<R>;
+    type Error = S::Error;
+    type Future = BoxFuture<Self::Response, Self::Error>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        if request.uri().path().starts_with(HEALTH_PREFIX) {
+            return Box::pin(self.inner.call(request));
+        }
+        let refuse = |status: Status| -> Self::Future { Box::pin(async move { Ok(status.into_http()) }) };
+        if let Err(status) = self.policy.authorize(request.headers()) {
+            tracing::warn!(path = request.uri().path(), "call refused: not authenticated");
+            return refuse(status);
+        }
+        let Ok(permit) = self.policy.permits.clone().try_acquire_owned() else {
+            tracing::warn!(limit = self.policy.max_concurrent, "call shed: at the concurrency limit");
+            return refuse(Status::resource_exhausted(format!(
+                "The daemon is at its limit of {} concurrent calls; retry shortly.",
+                self.policy.max_concurrent
+            )));
+        };
+        // The ready service answers this call; a fresh clone takes its place.
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let timeout = self.policy.timeout;
+        Box::pin(async move {
+            let _permit = permit;
+            match tokio::time::timeout(timeout, inner.call(request)).await {
+                Ok(response) => response,
+                Err(_) => {
+                    tracing::warn!(?timeout, "call timed out");
+                    Ok(Status::deadline_exceeded(format!(
+                        "The call took longer than the request timeout of {}.",
+                        humantime::format_duration(timeout)
+                    ))
+                    .into_http())
+                }
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(value: Option<&str>) -> http::HeaderMap {
+        let mut h = http::HeaderMap::new();
+        if let Some(v) = value {
+            h.insert(http::header::AUTHORIZATION, v.parse().unwrap());
+        }
+        h
+    }
+
+    #[test]
+    fn only_the_exact_bearer_token_is_accepted() {
+        let guard = Guard::new(Some("s3cret"), 1, Duration::from_secs(1));
+        let p = &guard.policy;
+        let cases: &[(Option<&str>, bool)] = &[
+            (Some("Bearer s3cret"), true),
+            (Some("bearer s3cret"), true),
+            (Some("BEARER s3cret"), true),
+            (None, false),
+            (Some("Bearer"), false),
+            (Some("Bearer "), false),
+            (Some("Bearer s3cre"), false),
+            (Some("Bearer s3cret "), false),
+            (Some("Bearer S3CRET"), false),
+            (Some("Basic s3cret"), false),
+            (Some("s3cret"), false),
+        ];
+        for &(value, ok) in cases {
+            let got = p.authorize(&headers(value));
+            assert_eq!(got.is_ok(), ok, "{value:?}");
+            if let Err(status) = got {
+                assert_eq!(status.code(), tonic::Code::Unauthenticated);
+            }
+        }
+    }
+
+    #[test]
+    fn without_a_token_every_call_is_authorized() {
+        let guard = Guard::new(None, 1, Duration::from_secs(1));
+        assert!(guard.policy.authorize(&headers(None)).is_ok());
+        assert!(guard.policy.authorize(&headers(Some("Bearer x"))).is_ok());
+    }
+}
