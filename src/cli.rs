@@ -11,6 +11,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use serde_json::{Value, json};
 
+use crate::client::{Client, Connection, DEFAULT_ADDR};
 use crate::config::{Config, LogFormat};
 use crate::db::Db;
 use crate::error::Error;
@@ -18,9 +19,7 @@ use crate::matcher::MatchMode;
 use crate::proto;
 use crate::registry::Registry;
 use crate::router::FallbackPolicy;
-use crate::client::{Client, Connection, DEFAULT_ADDR};
 use crate::state::State;
-
 
 /// toolrouter: decides which LLM tool definitions a chat backend sends on each turn.
 #[derive(Debug, Parser)]
@@ -939,7 +938,12 @@ async fn baseline_server(serve: &ServeArgs, messages: Option<&std::path::Path>) 
         .map_err(|e| Failure::runtime(format!("server failed: {e}")))
 }
 
-async fn flip_settings(database: &str, manifests: &[PathBuf], duration: Duration, every: Duration) -> Result<(), Failure> {
+async fn flip_settings(
+    database: &str,
+    manifests: &[PathBuf],
+    duration: Duration,
+    every: Duration,
+) -> Result<(), Failure> {
     let registry = if manifests.is_empty() {
         Registry::demo()
     } else {
@@ -964,7 +968,7 @@ async fn flip_settings(database: &str, manifests: &[PathBuf], duration: Duration
         tick.tick().await;
         // Each key in turn; a key is set on even rounds over the list and cleared on odd ones.
         let key = &keys[n % keys.len()];
-        let on = (n / keys.len()) % 2 == 0;
+        let on = (n / keys.len()).is_multiple_of(2);
         n += 1;
         let result = if on {
             db.set_setting(key, "on").await
@@ -980,7 +984,10 @@ async fn flip_settings(database: &str, manifests: &[PathBuf], duration: Duration
         }
     }
     db.close().await;
-    out!("{writes} settings writes, {failures} failed, over {} keys", keys.len());
+    out!(
+        "{writes} settings writes, {failures} failed, over {} keys",
+        keys.len()
+    );
     if failures > 0 {
         return Err(Failure::runtime(format!("{failures} settings writes failed")));
     }

@@ -82,9 +82,10 @@ impl Connection {
                 .tls_config(tls)
                 .map_err(|e| Error::Config(format!("TLS: {}", root_cause(&e))))?;
         }
-        endpoint.connect().await.map_err(|e| {
-            Error::Unavailable(format!("cannot reach the daemon at {addr}: {}", root_cause(&e)))
-        })
+        endpoint
+            .connect()
+            .await
+            .map_err(|e| Error::Unavailable(format!("cannot reach the daemon at {addr}: {}", root_cause(&e))))
     }
 
     /// The interceptor adding this connection's token.

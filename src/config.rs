@@ -152,7 +152,9 @@ impl Config {
     /// `Config` naming the setting and what to do.
     pub fn validate(&self) -> Result<()> {
         if self.auth_token.as_deref().is_some_and(|t| t.trim().is_empty()) {
-            return Err(Error::Config("the auth token is empty; give a token or leave it unset".into()));
+            return Err(Error::Config(
+                "the auth token is empty; give a token or leave it unset".into(),
+            ));
         }
         if !self.listen.ip().is_loopback() && self.auth_token.is_none() && !self.allow_unauthenticated {
             return Err(Error::Config(format!(
@@ -258,7 +260,10 @@ mod tests {
             ..Config::default()
         };
         let e = open.validate().unwrap_err().to_string();
-        assert!(e.contains("--auth-token") && e.contains("--allow-unauthenticated"), "{e}");
+        assert!(
+            e.contains("--auth-token") && e.contains("--allow-unauthenticated"),
+            "{e}"
+        );
         assert!(
             Config {
                 auth_token: Some("t".into()),

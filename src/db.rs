@@ -118,7 +118,11 @@ impl Db {
     }
 
     fn opened_file(&self) -> Option<FileId> {
-        *self.inner.file.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        *self
+            .inner
+            .file
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The pool over the file the path names now, reopening it if it was replaced.
@@ -148,7 +152,11 @@ impl Db {
             ))
         })?;
         let old = self.inner.pool.swap(Arc::new(pool));
-        *self.inner.file.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(now);
+        *self
+            .inner
+            .file
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(now);
         self.inner.generation.fetch_add(1, Ordering::AcqRel);
         tracing::warn!(path = %path.display(), "the database file was replaced; reopened it");
         old.close().await;

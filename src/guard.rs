@@ -124,7 +124,10 @@ where
             return refuse(status);
         }
         let Ok(permit) = self.policy.permits.clone().try_acquire_owned() else {
-            tracing::warn!(limit = self.policy.max_concurrent, "call shed: at the concurrency limit");
+            tracing::warn!(
+                limit = self.policy.max_concurrent,
+                "call shed: at the concurrency limit"
+            );
             return refuse(Status::resource_exhausted(format!(
                 "The daemon is at its limit of {} concurrent calls; retry shortly.",
                 self.policy.max_concurrent

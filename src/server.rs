@@ -22,6 +22,9 @@ use crate::state::State;
 /// Bytes allowed in a request beyond the message limit, for the other fields and framing.
 const REQUEST_OVERHEAD_BYTES: usize = 4096;
 
+/// After the drain timeout cut calls short, how long the final database flush may take.
+const CUT_GRACE: Duration = Duration::from_secs(1);
+
 /// How often conversation idle clocks are flushed and idle conversations forgotten.
 const UPKEEP_PERIOD: Duration = Duration::from_secs(60);
 
@@ -146,18 +149,26 @@ pub async fn serve(
         .add_service(reflection_v1alpha)
         .add_service(service)
         .serve_with_incoming_shutdown(incoming(listener), shutdown);
-    let result = tokio::select! {
-        result = server => result.map_err(Into::into),
+    let (result, cut) = tokio::select! {
+        result = server => (result.map_err(Into::into), false),
         () = drain_expired => {
             tracing::warn!(?drain_timeout, "drain timeout reached; dropping the calls still in flight");
-            Ok(())
+            (Ok(()), true)
         }
     };
-    let _ = stop_upkeep.send(());
-    if let Err(e) = upkeep.await {
-        tracing::error!(error = %e, "conversation upkeep task failed");
+    // The final flush and pool close wait on the database; a call cut at the drain timeout may
+    // be what holds it up, so they get a short grace after a cut and the drain timeout otherwise.
+    let cleanup = async {
+        let _ = stop_upkeep.send(());
+        if let Err(e) = upkeep.await {
+            tracing::error!(error = %e, "conversation upkeep task failed");
+        }
+        state.close().await;
+    };
+    let grace = if cut { CUT_GRACE } else { drain_timeout };
+    if tokio::time::timeout(grace, cleanup).await.is_err() {
+        tracing::warn!("the database is still busy at shutdown; exiting without the final idle-clock flush");
     }
-    state.close().await;
     tracing::info!("stopped");
     result
 }

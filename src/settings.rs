@@ -89,7 +89,9 @@ impl SettingsCache {
         if cached.read_at.elapsed() < self.ttl {
             return cached.snapshot.clone();
         }
-        self.reread().await.unwrap_or_else(|_| self.current.load().snapshot.clone())
+        self.reread()
+            .await
+            .unwrap_or_else(|_| self.current.load().snapshot.clone())
     }
 
     /// Drops the cache and re-reads the table at once.
@@ -195,9 +197,54 @@ mod tests {
         assert!(cache.get().await.is_set("k"));
         ui.set_setting("k", "   ").await.unwrap();
         tokio::time::sleep(ttl + Duration::from_millis(50)).await;
-        assert!(
-            !cache.get().await.is_set("k"),
-            "whitespace counts as unset"
-        );
+        assert!(!cache.get().await.is_set("k"), "whitespace counts as unset");
+    }
+
+    /// Captures this thread's log output.
+    #[derive(Clone, Default)]
+    struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn a_failing_table_keeps_the_last_snapshot_logs_once_per_streak_and_recovers() {
+        let logs = Captured::default();
+        let writer = logs.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        let _default = tracing::subscriber::set_default(subscriber);
+
+        let ttl = Duration::from_millis(50);
+        let (dir, cache, ui) = setup(ttl).await;
+        ui.set_setting("k", "v").await.unwrap();
+        assert!(cache.invalidate().await.unwrap().is_set("k"));
+        let path = dir.path().join("s.db");
+        std::fs::rename(&path, dir.path().join("moved.db")).unwrap();
+        for _ in 0..4 {
+            tokio::time::sleep(ttl + Duration::from_millis(10)).await;
+            assert!(cache.get().await.is_set("k"), "the last good snapshot serves");
+            assert!(cache.failure().is_some());
+        }
+        let err = cache.invalidate().await.unwrap_err();
+        assert!(matches!(err, Error::Unavailable(_)), "{err}");
+        std::fs::rename(dir.path().join("moved.db"), &path).unwrap();
+        tokio::time::sleep(ttl + Duration::from_millis(10)).await;
+        assert!(cache.get().await.is_set("k"));
+        assert!(cache.failure().is_none(), "recovered by itself");
+
+        let text = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+        let failures = text.matches("cannot read the settings table").count();
+        assert_eq!(failures, 1, "one log line per failure streak:\n{text}");
+        assert_eq!(text.matches("readable again").count(), 1, "{text}");
     }
 }

@@ -120,20 +120,42 @@ fn outcome<T>(result: Result<tonic::Response<T>, tonic::Status>, valid: impl FnO
 }
 
 /// One call of the mix, chosen by the worker's call counter.
-async fn call(client: &mut Client, mix: Mix, worker: usize, n: usize, message: String, groups: &[String]) -> (&'static str, Outcome) {
+async fn call(
+    client: &mut Client,
+    mix: Mix,
+    worker: usize,
+    n: usize,
+    message: String,
+    groups: &[String],
+) -> (&'static str, Outcome) {
     let slot = n % 100;
     // Conversations of 50 calls each, distinct per worker.
     let conversation = format!("soak-{worker}-{}", n / 50);
     match (mix, slot) {
         (Mix::Route, _) | (Mix::Mixed, 10..) => {
-            let conversation_id = if mix == Mix::Mixed && slot % 3 != 0 { conversation } else { String::new() };
-            let r = client.route(RouteRequest { message, conversation_id }).await;
-            ("Route", outcome(r, |r| !r.tools.is_empty() || !r.domains.is_empty()))
+            let conversation_id = if mix == Mix::Mixed && !slot.is_multiple_of(3) {
+                conversation
+            } else {
+                String::new()
+            };
+            let r = client
+                .route(RouteRequest {
+                    message,
+                    conversation_id,
+                })
+                .await;
+            (
+                "Route",
+                outcome(r, |r| !r.tools.is_empty() || !r.domains.is_empty()),
+            )
         }
         (Mix::Mixed, 0..=3) => {
             let group_name = groups.get(n % groups.len().max(1)).cloned().unwrap_or_default();
             let r = client
-                .load_tool_group(proto::LoadToolGroupRequest { conversation_id: conversation, group_name })
+                .load_tool_group(proto::LoadToolGroupRequest {
+                    conversation_id: conversation,
+                    group_name,
+                })
                 .await;
             let o = match r {
                 Err(s) if s.code() == Code::FailedPrecondition => Outcome::Refused,
@@ -146,7 +168,9 @@ async fn call(client: &mut Client, mix: Mix, worker: usize, n: usize, message: S
             ("ListGroups", outcome(r, |r| !r.groups.is_empty()))
         }
         (Mix::Mixed, 7..=8) => {
-            let r = client.invalidate_settings(proto::InvalidateSettingsRequest {}).await;
+            let r = client
+                .invalidate_settings(proto::InvalidateSettingsRequest {})
+                .await;
             ("InvalidateSettings", outcome(r, |_| true))
         }
         (Mix::Mixed, _) => {
@@ -175,7 +199,12 @@ pub async fn run(
             .list_groups(proto::ListGroupsRequest {})
             .await
             .map_err(|s| crate::Error::Unavailable(format!("ListGroups failed: {}", s.message())))?;
-        all.into_inner().groups.into_iter().filter(|g| !g.core).map(|g| g.name).collect()
+        all.into_inner()
+            .groups
+            .into_iter()
+            .filter(|g| !g.core)
+            .map(|g| g.name)
+            .collect()
     } else {
         Vec::new()
     };

@@ -68,7 +68,11 @@ pub async fn spawn_app_with(config: Config, registry: Registry) -> TestApp {
         .await
         .expect("server");
     });
-    let client = ToolRouterClient::connect(format!("http://{addr}")).await.unwrap();
+    // Lazy: a test of a TLS or token-protected server makes its own client.
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect_lazy();
+    let client = ToolRouterClient::new(channel);
     let ui = Db::connect(&config.database).await.unwrap();
     TestApp {
         addr,
@@ -146,4 +150,22 @@ pub fn manifest_dir(dir: &Path, name: &str, files: &[(&str, &str)]) -> PathBuf {
         std::fs::write(d.join(file), text).unwrap();
     }
     d
+}
+
+/// Holds the database's write lock from another connection, as a busy settings UI would,
+/// until released.
+pub struct WriteLock(sqlx::SqliteConnection);
+
+impl WriteLock {
+    pub async fn take(dir: &Path) -> WriteLock {
+        use sqlx::Connection as _;
+        let url = format!("sqlite://{}", dir.join("toolrouter.db").display());
+        let mut c = sqlx::SqliteConnection::connect(&url).await.unwrap();
+        sqlx::query("BEGIN IMMEDIATE").execute(&mut c).await.unwrap();
+        WriteLock(c)
+    }
+
+    pub async fn release(mut self) {
+        sqlx::query("COMMIT").execute(&mut self.0).await.unwrap();
+    }
 }

@@ -2,9 +2,13 @@
 
 mod cli;
 mod conversations;
+mod faults;
 mod helpers;
 mod listing;
 mod load;
+mod process;
+mod reload;
 mod route;
+mod security;
 mod server;
 mod settings;

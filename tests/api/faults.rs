@@ -1,0 +1,199 @@
+//! Settings-database faults after start: the file deleted, replaced by a corrupt one, locked
+//! past the busy timeout. Routing goes on from the last good settings; what cannot be done
+//! answers UNAVAILABLE with the cause; the daemon recovers by itself.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use tonic::Code;
+use toolrouter::db::Db;
+use toolrouter::proto::{InvalidateSettingsRequest, ListGroupsRequest};
+
+use crate::helpers::{TestApp, WriteLock, config, decisions, spawn_app, temp_dir};
+
+fn db_path(dir: &Path) -> PathBuf {
+    dir.join("toolrouter.db")
+}
+
+/// Removes the database file and its WAL companions, as `rm toolrouter.db*` would.
+fn delete_database(dir: &Path) {
+    let path = db_path(dir);
+    for suffix in ["", "-wal", "-shm"] {
+        let p = PathBuf::from(format!("{}{suffix}", path.display()));
+        let _ = std::fs::remove_file(p);
+    }
+}
+
+/// A fresh database at the usual path with these settings, written by another connection.
+async fn recreate_database(dir: &Path, settings: &[(&str, &str)]) {
+    let db = Db::connect(&format!("sqlite://{}", db_path(dir).display()))
+        .await
+        .unwrap();
+    for (k, v) in settings {
+        db.set_setting(k, v).await.unwrap();
+    }
+    db.close().await;
+}
+
+async fn invalidate(app: &mut TestApp) -> Result<Vec<String>, tonic::Status> {
+    app.client
+        .invalidate_settings(InvalidateSettingsRequest {})
+        .await
+        .map(|r| r.into_inner().active_domains)
+}
+
+fn routed(r: &toolrouter::proto::RouteResponse) -> Vec<String> {
+    decisions(r).into_iter().map(|(d, _, _)| d).collect()
+}
+
+#[tokio::test]
+async fn a_deleted_database_keeps_routing_refuses_writes_and_recovers_when_it_returns() {
+    let dir = temp_dir();
+    let mut app = spawn_app(config(dir.path())).await;
+    app.set("sonarr_url", "x").await;
+    delete_database(dir.path());
+
+    // Routing goes on from the last good settings.
+    assert_eq!(routed(&app.route("next episode", "").await), ["system", "sonarr"]);
+    assert_eq!(
+        routed(&app.route("next episode", "c1").await),
+        ["system", "sonarr"],
+        "a conversation that cannot be read still gets an answer"
+    );
+    let groups = app.client.list_groups(ListGroupsRequest {}).await.unwrap();
+    assert!(
+        groups
+            .into_inner()
+            .groups
+            .iter()
+            .any(|g| g.name == "sonarr" && g.active)
+    );
+
+    // What cannot be done says why.
+    let err = invalidate(&mut app).await.unwrap_err();
+    assert_eq!(err.code(), Code::Unavailable);
+    assert!(
+        err.message().contains("cannot read the settings table"),
+        "{}",
+        err.message()
+    );
+    assert!(
+        err.message().contains("toolrouter.db"),
+        "names the file: {}",
+        err.message()
+    );
+    let err = app.load("c1", "sonarr").await.unwrap_err();
+    assert_eq!(
+        err.code(),
+        Code::Unavailable,
+        "a load that would be lost is never OK"
+    );
+
+    // A new file at the path: the daemon reopens it and serves what it holds.
+    recreate_database(dir.path(), &[("radarr_url", "y")]).await;
+    assert_eq!(invalidate(&mut app).await.unwrap(), ["radarr", "system"]);
+    let loaded = app.load("c2", "radarr").await.unwrap();
+    assert!(!loaded.already_loaded);
+    app.stop().await;
+
+    let db = Db::connect(&format!("sqlite://{}", db_path(dir.path()).display()))
+        .await
+        .unwrap();
+    let (_, members) = db.load_conversation("c2").await.unwrap().expect("persisted");
+    assert!(
+        members.iter().any(|m| m.domain == "radarr" && m.loaded),
+        "{members:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_corrupt_replacement_is_unavailable_with_the_cause_until_a_good_file_returns() {
+    let dir = temp_dir();
+    let mut app = spawn_app(config(dir.path())).await;
+    app.set("sonarr_url", "x").await;
+    // Replaced, as a restore from a bad backup would: a new file at the same path.
+    delete_database(dir.path());
+    let tmp = dir.path().join("garbage");
+    std::fs::write(&tmp, vec![0x5a_u8; 64 * 1024]).unwrap();
+    std::fs::rename(&tmp, db_path(dir.path())).unwrap();
+
+    let err = invalidate(&mut app).await.unwrap_err();
+    assert_eq!(err.code(), Code::Unavailable);
+    assert!(err.message().contains("not a database"), "{}", err.message());
+    assert_eq!(routed(&app.route("next episode", "").await), ["system", "sonarr"]);
+    assert_eq!(
+        app.load("c1", "sonarr").await.unwrap_err().code(),
+        Code::Unavailable
+    );
+
+    delete_database(dir.path());
+    recreate_database(dir.path(), &[("sonarr_url", "x"), ("docker_host", "d")]).await;
+    assert_eq!(
+        invalidate(&mut app).await.unwrap(),
+        ["docker", "sonarr", "system"]
+    );
+    assert!(app.load("c1", "sonarr").await.is_ok());
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn settings_are_retried_each_ttl_and_recover_without_an_invalidation() {
+    let dir = temp_dir();
+    let ttl = Duration::from_millis(200);
+    let mut app = spawn_app(toolrouter::config::Config {
+        settings_ttl: ttl,
+        ..config(dir.path())
+    })
+    .await;
+    app.set("sonarr_url", "x").await;
+    delete_database(dir.path());
+    tokio::time::sleep(ttl * 2).await;
+    // The due re-read fails; the last good settings serve.
+    assert_eq!(routed(&app.route("next episode", "").await), ["system", "sonarr"]);
+    recreate_database(dir.path(), &[("radarr_url", "y")]).await;
+    // Within a few TTLs the daemon has read the new file by itself.
+    let mut seen = Vec::new();
+    for _ in 0..50 {
+        tokio::time::sleep(ttl).await;
+        seen = routed(&app.route("add the movie", "").await);
+        if seen == ["system", "radarr"] {
+            break;
+        }
+    }
+    assert_eq!(seen, ["system", "radarr"]);
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_write_locked_past_the_busy_timeout_is_unavailable_and_then_succeeds() {
+    let dir = temp_dir();
+    let mut app = spawn_app(toolrouter::config::Config {
+        busy_timeout: Duration::from_millis(200),
+        ..config(dir.path())
+    })
+    .await;
+    app.set("sonarr_url", "x").await;
+    // Another program holds the write lock.
+    let lock = WriteLock::take(dir.path()).await;
+
+    let err = app.load("c1", "sonarr").await.unwrap_err();
+    assert_eq!(err.code(), Code::Unavailable);
+    assert!(err.message().contains("locked"), "{}", err.message());
+    // Routing is unaffected: reads are not blocked, and a turn is answered even when its
+    // hits cannot be remembered.
+    assert_eq!(
+        routed(&app.route("next episode", "c2").await),
+        ["system", "sonarr"]
+    );
+    assert!(invalidate(&mut app).await.is_ok());
+
+    lock.release().await;
+    let loaded = app.load("c1", "sonarr").await.unwrap();
+    assert!(!loaded.already_loaded, "the refused load was not half-applied");
+    let again = app.route("thanks", "c1").await;
+    assert_eq!(
+        decisions(&again)[1..],
+        [("sonarr".to_string(), "REASON_LOADED", vec![])]
+    );
+    app.stop().await;
+}

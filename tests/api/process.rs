@@ -1,0 +1,380 @@
+//! The daemon as a process: SIGKILL right after an acknowledged load, SIGTERM with calls in
+//! flight (drained, or cut at the drain timeout), SIGHUP reloads, another process writing
+//! the settings table under load, and the refusal to listen openly without a token.
+
+use std::io::{BufRead as _, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tonic::Code;
+use toolrouter::client::{Client, Connection};
+use toolrouter::db::Db;
+use toolrouter::proto::{InvalidateSettingsRequest, ListGroupsRequest, LoadToolGroupRequest, RouteRequest};
+
+use crate::helpers::{WriteLock, manifest_dir, temp_dir};
+
+const BIN: &str = env!("CARGO_BIN_EXE_toolrouter");
+
+fn db_url(dir: &Path) -> String {
+    format!("sqlite://{}", dir.join("toolrouter.db").display())
+}
+
+/// A running `toolrouter serve`, killed when dropped.
+struct Daemon {
+    child: Child,
+    addr: String,
+    log: Arc<Mutex<String>>,
+}
+
+impl Daemon {
+    /// Starts the binary on a free loopback port over the database in `dir` and waits until
+    /// it logs that it is serving.
+    fn start(dir: &Path, extra: &[&str]) -> Daemon {
+        let mut child = Command::new(BIN)
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--log-format",
+                "json",
+                "--database",
+            ])
+            .arg(db_url(dir))
+            .args(extra)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let log = Arc::new(Mutex::new(String::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Ok(v) = serde_json::from_str::<serde_json::Value>(&line)
+                    && v["fields"]["message"] == "serving"
+                    && let Some(addr) = v["fields"]["addr"].as_str()
+                {
+                    let _ = tx.send(addr.to_string());
+                }
+                let mut log = sink.lock().unwrap();
+                log.push_str(&line);
+                log.push('\n');
+            }
+        });
+        let addr = match rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(addr) => addr,
+            Err(_) => panic!("the daemon did not start:\n{}", log.lock().unwrap()),
+        };
+        Daemon {
+            child,
+            addr: format!("http://{addr}"),
+            log,
+        }
+    }
+
+    async fn client(&self) -> Client {
+        Connection::plain(&self.addr).client().await.unwrap()
+    }
+
+    fn signal(&self, name: &str) {
+        let status = Command::new("kill")
+            .arg(format!("-{name}"))
+            .arg(self.child.id().to_string())
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    /// Waits for the process to exit, at most `limit`.
+    async fn exit(&mut self, limit: Duration) -> Option<ExitStatus> {
+        let start = Instant::now();
+        while start.elapsed() < limit {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return Some(status);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        None
+    }
+
+    fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn set_settings(dir: &Path, settings: &[(&str, &str)]) {
+    let db = Db::connect(&db_url(dir)).await.unwrap();
+    for (k, v) in settings {
+        db.set_setting(k, v).await.unwrap();
+    }
+    db.close().await;
+}
+
+async fn loaded(dir: &Path, conversation: &str, domain: &str) -> bool {
+    let db = Db::connect(&db_url(dir)).await.unwrap();
+    let found = db
+        .load_conversation(conversation)
+        .await
+        .unwrap()
+        .is_some_and(|(_, members)| members.iter().any(|m| m.domain == domain && m.loaded));
+    db.close().await;
+    found
+}
+
+fn load_request(conversation: &str, group: &str) -> LoadToolGroupRequest {
+    LoadToolGroupRequest {
+        conversation_id: conversation.into(),
+        group_name: group.into(),
+    }
+}
+
+#[tokio::test]
+async fn a_load_acknowledged_before_sigkill_is_there_after_a_restart() {
+    let dir = temp_dir();
+    set_settings(dir.path(), &[("sonarr_url", "x")]).await;
+    let mut daemon = Daemon::start(dir.path(), &[]);
+    let mut client = daemon.client().await;
+    client
+        .load_tool_group(load_request("c1", "sonarr"))
+        .await
+        .unwrap();
+    daemon.signal("KILL");
+    let status = daemon.exit(Duration::from_secs(10)).await.expect("killed");
+    assert!(!status.success());
+
+    let daemon = Daemon::start(dir.path(), &[]);
+    let r = daemon
+        .client()
+        .await
+        .route(RouteRequest {
+            message: "thanks".into(),
+            conversation_id: "c1".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let sonarr = r
+        .domains
+        .iter()
+        .find(|d| d.domain == "sonarr")
+        .expect("loaded after restart");
+    assert_eq!(sonarr.reason(), toolrouter::proto::Reason::Loaded);
+}
+
+#[tokio::test]
+async fn sigterm_stops_accepting_finishes_the_call_in_flight_and_exits_0() {
+    let dir = temp_dir();
+    set_settings(dir.path(), &[("sonarr_url", "x")]).await;
+    let mut daemon = Daemon::start(dir.path(), &["--busy-timeout", "30s"]);
+    let lock = WriteLock::take(dir.path()).await;
+    let mut client = daemon.client().await;
+    let in_flight = tokio::spawn(async move { client.load_tool_group(load_request("c1", "sonarr")).await });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    daemon.signal("TERM");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        Connection::plain(&daemon.addr).channel().await.is_err(),
+        "no new connections while draining"
+    );
+    assert!(
+        daemon.child.try_wait().unwrap().is_none(),
+        "still draining the call in flight"
+    );
+
+    lock.release().await;
+    let answer = in_flight.await.unwrap();
+    assert!(answer.is_ok(), "the call in flight finished: {answer:?}");
+    let status = daemon.exit(Duration::from_secs(20)).await.expect("exited");
+    assert_eq!(status.code(), Some(0), "{}", daemon.log());
+    assert!(
+        loaded(dir.path(), "c1", "sonarr").await,
+        "the acknowledged load is on disk"
+    );
+}
+
+#[tokio::test]
+async fn at_the_drain_timeout_the_daemon_exits_0_and_the_cut_call_is_not_acknowledged() {
+    let dir = temp_dir();
+    set_settings(dir.path(), &[("sonarr_url", "x")]).await;
+    let mut daemon = Daemon::start(dir.path(), &["--busy-timeout", "60s", "--drain-timeout", "500ms"]);
+    let lock = WriteLock::take(dir.path()).await;
+    let mut client = daemon.client().await;
+    let in_flight = tokio::spawn(async move { client.load_tool_group(load_request("c1", "sonarr")).await });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    daemon.signal("TERM");
+    // The lock is still held: only the drain timeout can end the call.
+    let status = daemon
+        .exit(Duration::from_secs(20))
+        .await
+        .expect("exited at the drain timeout");
+    assert_eq!(status.code(), Some(0), "{}", daemon.log());
+    assert!(daemon.log().contains("drain timeout reached"), "{}", daemon.log());
+    let answer = in_flight.await.unwrap();
+    assert!(
+        answer.is_err(),
+        "a call cut at shutdown is not answered OK: {answer:?}"
+    );
+    lock.release().await;
+    assert!(
+        !loaded(dir.path(), "c1", "sonarr").await,
+        "nothing unacknowledged was written"
+    );
+}
+
+#[tokio::test]
+async fn sighup_reloads_the_manifests_and_a_broken_reload_keeps_the_old_registry() {
+    let dir = temp_dir();
+    let one = r#"{"name":"alpha","tools":[{"name":"a","description":"A"}]}"#;
+    let folder = manifest_dir(dir.path(), "m", &[("alpha.json", one)]);
+    let daemon = Daemon::start(dir.path(), &["--manifests", folder.to_str().unwrap()]);
+    let mut client = daemon.client().await;
+    let names = |r: toolrouter::proto::ListGroupsResponse| -> Vec<String> {
+        r.groups.into_iter().map(|g| g.name).collect()
+    };
+
+    std::fs::write(
+        folder.join("beta.json"),
+        r#"{"name":"beta","tools":[{"name":"b","description":"B"}]}"#,
+    )
+    .unwrap();
+    daemon.signal("HUP");
+    let mut seen = Vec::new();
+    for _ in 0..200 {
+        seen = names(
+            client
+                .list_groups(ListGroupsRequest {})
+                .await
+                .unwrap()
+                .into_inner(),
+        );
+        if seen.len() == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(seen, ["alpha", "beta"]);
+
+    std::fs::write(folder.join("gamma.json"), "{ not json").unwrap();
+    daemon.signal("HUP");
+    for _ in 0..200 {
+        if daemon.log().contains("registry reload failed") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(daemon.log().contains("gamma.json"), "{}", daemon.log());
+    let groups = client
+        .list_groups(ListGroupsRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(names(groups), ["alpha", "beta"], "the old registry serves on");
+}
+
+#[tokio::test]
+async fn another_process_flipping_settings_under_load_causes_no_errors() {
+    let dir = temp_dir();
+    set_settings(dir.path(), &[("sonarr_url", "x")]).await;
+    let daemon = Daemon::start(dir.path(), &["--settings-ttl", "50ms"]);
+    let flipper = Command::new(BIN)
+        .args([
+            "bench",
+            "flip-settings",
+            "--duration",
+            "3s",
+            "--every",
+            "2ms",
+            "--database",
+        ])
+        .arg(db_url(dir.path()))
+        .output();
+    let flipper = tokio::task::spawn_blocking(move || flipper.unwrap());
+    let mut workers = Vec::new();
+    for w in 0..4 {
+        let mut client = daemon.client().await;
+        workers.push(tokio::spawn(async move {
+            let deadline = Instant::now() + Duration::from_secs(3);
+            let (mut ok, mut refused) = (0u32, 0u32);
+            let mut n = 0;
+            while Instant::now() < deadline {
+                n += 1;
+                let conversation_id = format!("w{w}-{}", n / 20);
+                match n % 10 {
+                    0 => {
+                        client
+                            .invalidate_settings(InvalidateSettingsRequest {})
+                            .await
+                            .unwrap();
+                    }
+                    1 => match client
+                        .load_tool_group(load_request(&conversation_id, "docker"))
+                        .await
+                    {
+                        Ok(_) => {}
+                        // The flipper may have just cleared docker's settings: a correct refusal.
+                        Err(s) if s.code() == Code::FailedPrecondition => refused += 1,
+                        Err(s) => panic!("LoadToolGroup failed: {s:?}"),
+                    },
+                    _ => {
+                        client
+                            .route(RouteRequest {
+                                message: "restart the container for the next episode".into(),
+                                conversation_id,
+                            })
+                            .await
+                            .unwrap();
+                    }
+                }
+                ok += 1;
+            }
+            (ok, refused)
+        }));
+    }
+    let mut total = 0;
+    for w in workers {
+        total += w.await.unwrap().0;
+    }
+    let out = flipper.await.unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(report.contains(" 0 failed"), "{report}");
+    assert!(total > 100, "the daemon served load meanwhile ({total} calls)");
+    assert!(!daemon.log().contains("\"ERROR\""), "{}", daemon.log());
+}
+
+#[test]
+fn a_non_loopback_address_without_a_token_is_refused_with_what_to_do() {
+    let out = Command::new(BIN)
+        .args(["serve", "--listen", "0.0.0.0:0", "--database", "sqlite::memory:"])
+        .env_remove("TOOLROUTER_AUTH_TOKEN")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("refusing to listen on 0.0.0.0:0"), "{stderr}");
+    assert!(stderr.contains("--allow-unauthenticated"), "{stderr}");
+    for extra in [&["--auth-token", "t"][..], &["--allow-unauthenticated"][..]] {
+        let out = Command::new(BIN)
+            .args(["serve", "--listen", "0.0.0.0:0", "--print-config"])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{extra:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}

@@ -1,0 +1,209 @@
+//! ReloadRegistry: the new registry is swapped in whole; invalid manifests keep the old one
+//! and list every problem; conversations simply stop getting groups that are gone.
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::Path;
+
+use tonic::Code;
+use toolrouter::config::Config;
+use toolrouter::proto::{ListGroupsRequest, ReloadRegistryRequest, ReloadRegistryResponse};
+use toolrouter::registry::Registry;
+
+use crate::helpers::{TestApp, config, decisions, manifest_dir, spawn_app_with, temp_dir};
+
+/// A manifest for a domain without settings keys (so always active) with one tool.
+fn manifest(name: &str, keyword: &str) -> String {
+    format!(
+        r#"{{"name":"{name}","keywords":["{keyword}"],"tools":[{{"name":"{name}_tool","description":"Does {name} things"}}]}}"#
+    )
+}
+
+const CORE: &str =
+    r#"{"name":"base","core":true,"tools":[{"name":"base_tool","description":"Always there"}]}"#;
+
+async fn start(dir: &Path, files: &[(&str, &str)]) -> (TestApp, std::path::PathBuf) {
+    let folder = manifest_dir(dir, "manifests", files);
+    let c = Config {
+        manifests: vec![folder.clone()],
+        ..config(dir)
+    };
+    let registry = Registry::load_dirs(&c.manifests).unwrap();
+    (spawn_app_with(c, registry).await, folder)
+}
+
+async fn reload(app: &mut TestApp) -> Result<ReloadRegistryResponse, tonic::Status> {
+    app.client
+        .reload_registry(ReloadRegistryRequest {})
+        .await
+        .map(tonic::Response::into_inner)
+}
+
+async fn group_names(app: &mut TestApp) -> Vec<String> {
+    let r = app.client.list_groups(ListGroupsRequest {}).await.unwrap();
+    r.into_inner().groups.into_iter().map(|g| g.name).collect()
+}
+
+#[tokio::test]
+async fn a_reload_serves_the_new_manifests() {
+    let dir = temp_dir();
+    let a = manifest("alpha", "apple");
+    let (mut app, folder) = start(dir.path(), &[("base.json", CORE), ("alpha.json", &a)]).await;
+    let before = app.route("apple", "").await.registry_version;
+    std::fs::write(folder.join("beta.json"), manifest("beta", "banana")).unwrap();
+
+    let r = reload(&mut app).await.unwrap();
+    assert_eq!((r.domains, r.tools), (3, 3));
+    assert_ne!(r.registry_version, before);
+    assert_eq!(group_names(&mut app).await, ["alpha", "base", "beta"]);
+    let routed = app.route("banana", "").await;
+    assert_eq!(routed.registry_version, r.registry_version);
+    assert_eq!(decisions(&routed)[1].0, "beta");
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn invalid_manifests_keep_the_old_registry_and_list_every_problem() {
+    let dir = temp_dir();
+    let a = manifest("alpha", "apple");
+    let (mut app, folder) = start(dir.path(), &[("base.json", CORE), ("alpha.json", &a)]).await;
+    let before = app.route("apple", "").await.registry_version;
+    std::fs::write(
+        folder.join("broken.json"),
+        "{\"name\": \"broken\",\n \"tools\": [}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        folder.join("nodesc.json"),
+        r#"{"name":"nodesc","tools":[{"name":"x","description":""}]}"#,
+    )
+    .unwrap();
+
+    let err = reload(&mut app).await.unwrap_err();
+    assert_eq!(err.code(), Code::FailedPrecondition);
+    let text = err.message();
+    assert!(
+        text.contains(&format!("{before:016x}")),
+        "names the registry still serving: {text}"
+    );
+    assert!(
+        text.contains("broken.json:2:"),
+        "file and line of the syntax error: {text}"
+    );
+    assert!(text.contains("nodesc.json"), "every file with a problem: {text}");
+    assert_eq!(group_names(&mut app).await, ["alpha", "base"]);
+    assert_eq!(app.route("apple", "").await.registry_version, before);
+
+    // A folder that disappeared is a listed problem too, not a crash.
+    std::fs::remove_dir_all(&folder).unwrap();
+    let err = reload(&mut app).await.unwrap_err();
+    assert_eq!(err.code(), Code::FailedPrecondition);
+    assert!(
+        err.message().contains("cannot read manifest folder"),
+        "{}",
+        err.message()
+    );
+    assert_eq!(app.route("apple", "").await.registry_version, before);
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_conversation_simply_stops_getting_a_group_that_is_gone() {
+    let dir = temp_dir();
+    let (a, b) = (manifest("alpha", "apple"), manifest("beta", "banana"));
+    let (mut app, folder) = start(
+        dir.path(),
+        &[("base.json", CORE), ("alpha.json", &a), ("beta.json", &b)],
+    )
+    .await;
+    app.load("c1", "beta").await.unwrap();
+    app.route("apple", "c1").await;
+    std::fs::remove_file(folder.join("beta.json")).unwrap();
+    reload(&mut app).await.unwrap();
+
+    let r = app.route("hello", "c1").await;
+    let names: Vec<String> = decisions(&r).into_iter().map(|(d, _, _)| d).collect();
+    assert_eq!(names, ["base", "alpha"]);
+    assert!(r.tools.iter().all(|t| t.domain != "beta"));
+    let err = app.load("c1", "beta").await.unwrap_err();
+    assert_eq!(err.code(), Code::NotFound);
+
+    // Back again: the conversation's earlier load applies again.
+    std::fs::write(folder.join("beta.json"), &b).unwrap();
+    reload(&mut app).await.unwrap();
+    let r = app.route("hello", "c1").await;
+    assert!(
+        decisions(&r)
+            .iter()
+            .any(|(d, why, _)| d == "beta" && *why == "REASON_LOADED")
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn calls_in_flight_during_reloads_see_one_registry_or_the_other_never_a_mix() {
+    let dir = temp_dir();
+    let (a, b) = (manifest("alpha", "apple"), manifest("beta", "banana"));
+    let (mut app, folder) = start(dir.path(), &[("base.json", CORE), ("alpha.json", &a)]).await;
+    // Registry one: base + alpha; registry two: base + beta. Fallback lists every domain.
+    let one = app.route("hello", "").await.registry_version;
+    let expected_one: BTreeSet<String> = ["base_tool", "alpha_tool"].map(String::from).into();
+    let expected_two: BTreeSet<String> = ["base_tool", "beta_tool"].map(String::from).into();
+
+    let mut readers = Vec::new();
+    for _ in 0..4 {
+        let mut client = app.client.clone();
+        readers.push(tokio::spawn(async move {
+            let mut seen: HashMap<u64, BTreeSet<BTreeSet<String>>> = HashMap::new();
+            for _ in 0..300 {
+                let r = client
+                    .route(toolrouter::proto::RouteRequest {
+                        message: "hello".into(),
+                        conversation_id: String::new(),
+                    })
+                    .await
+                    .unwrap()
+                    .into_inner();
+                let tools = r
+                    .tools
+                    .iter()
+                    .filter(|t| !t.domain.is_empty())
+                    .map(|t| t.name.clone())
+                    .collect();
+                seen.entry(r.registry_version).or_default().insert(tools);
+            }
+            seen
+        }));
+    }
+    let mut two = None;
+    for i in 0..20 {
+        if i % 2 == 0 {
+            std::fs::remove_file(folder.join("alpha.json")).unwrap();
+            std::fs::write(folder.join("beta.json"), &b).unwrap();
+        } else {
+            std::fs::remove_file(folder.join("beta.json")).unwrap();
+            std::fs::write(folder.join("alpha.json"), &a).unwrap();
+        }
+        let r = reload(&mut app).await.unwrap();
+        if i % 2 == 0 {
+            two = Some(r.registry_version);
+        }
+        tokio::task::yield_now().await;
+    }
+    let two = two.unwrap();
+    for reader in readers {
+        for (version, answers) in reader.await.unwrap() {
+            let expected = if version == one {
+                &expected_one
+            } else {
+                assert_eq!(version, two, "only the two registries exist");
+                &expected_two
+            };
+            assert_eq!(
+                answers,
+                BTreeSet::from([expected.clone()]),
+                "version {version:016x}"
+            );
+        }
+    }
+    app.stop().await;
+}
