@@ -397,6 +397,18 @@ def run_checks(res, pb, stub, db_url, addr):
     res.check("invalidate_settings: active_domains sorted, include the configured ones",
               invalidate)
 
+    # --- ReloadRegistry ------------------------------------------------------------------
+    def reload():
+        r = stub.ReloadRegistry(pb.ReloadRegistryRequest(), timeout=RPC_TIMEOUT_S)
+        assert r.domains > 0 and r.tools > 0, f"empty reload answer: {r}"
+        before = stub.ListGroups(pb.ListGroupsRequest(), timeout=RPC_TIMEOUT_S)
+        assert r.registry_version == before.registry_version, (
+            "reloading the same manifests keeps the version: "
+            f"{r.registry_version} != {before.registry_version}")
+        assert r.domains == len(before.groups), f"{r.domains} domains, {len(before.groups)} groups"
+
+    res.check("reload_registry: same manifests, same version and domain count", reload)
+
 
 # ---------------------------------------------------------------- main
 
