@@ -250,6 +250,17 @@ impl Decision {
         &self.keywords[included.matched.clone()]
     }
 
+    /// How many tools [`Decision::tools`] yields, to size the answer once (a fallback over a
+    /// large registry is thousands of tools; growing the vector would copy it repeatedly).
+    pub fn tool_count(&self, registry: &Registry, activation: &Activation) -> usize {
+        let meta = usize::from(self.meta_tool && activation.meta_tool().is_some());
+        meta + self
+            .domains
+            .iter()
+            .map(|inc| registry.domain(inc.domain).tools.len())
+            .sum::<usize>()
+    }
+
     /// The tools of the answer, in order: the meta-tool (when exposed), then each included
     /// domain's tools in manifest order.
     pub fn tools<'a>(
@@ -837,6 +848,7 @@ mod tests {
                 ("media", "m2")
             ]
         );
+        assert_eq!(d.tool_count(&f.registry, &f.activation), names.len());
     }
 
     #[test]

@@ -129,11 +129,14 @@ impl ToolRouter for ToolRouterService {
             "routed"
         );
         let registry = &view.registry;
-        Ok(Response::new(proto::RouteResponse {
-            tools: decision
+        let mut tools = Vec::with_capacity(decision.tool_count(registry, &view.activation));
+        tools.extend(
+            decision
                 .tools(registry, &view.activation)
-                .map(|(d, t)| tool(d, t))
-                .collect(),
+                .map(|(d, t)| tool(d, t)),
+        );
+        Ok(Response::new(proto::RouteResponse {
+            tools,
             domains: decision
                 .domains
                 .iter()

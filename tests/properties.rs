@@ -763,7 +763,11 @@ proptest! {
                 for c in [None, Some(&conversation)] {
                     let d = route(&f.registry, matcher, &f.activation, c, &message, &options);
                     check_decision_bounds(&f.registry, &d)?;
-                    let _ = d.tools(&f.registry, &f.activation).count();
+                    prop_assert_eq!(
+                        d.tools(&f.registry, &f.activation).count(),
+                        d.tool_count(&f.registry, &f.activation),
+                        "the answer is sized exactly"
+                    );
                     if matcher.mode() == MatchMode::Substring {
                         for &k in &d.keywords {
                             let kw = f.registry.keyword(k).to_lowercase();
