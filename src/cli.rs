@@ -292,6 +292,10 @@ impl ServeArgs {
         macro_rules! overlay {
             ($($field:ident),*) => { $( if let Some(v) = self.$field.clone() { c.$field = v; } )* };
         }
+        // Optional settings: a flag given replaces the file's value, an absent one keeps it.
+        macro_rules! overlay_some {
+            ($($field:ident),*) => { $( if self.$field.is_some() { c.$field = self.$field.clone(); } )* };
+        }
         overlay!(
             listen,
             database,
@@ -310,15 +314,7 @@ impl ServeArgs {
         if !self.manifests.is_empty() {
             c.manifests = self.manifests.clone();
         }
-        if self.auth_token.is_some() {
-            c.auth_token = self.auth_token.clone();
-        }
-        if self.tls_cert.is_some() {
-            c.tls_cert = self.tls_cert.clone();
-        }
-        if self.tls_key.is_some() {
-            c.tls_key = self.tls_key.clone();
-        }
+        overlay_some!(auth_token, tls_cert, tls_key);
         c.allow_unauthenticated |= self.allow_unauthenticated;
         c.validate()?;
         Ok(c)
@@ -427,14 +423,6 @@ fn init_tracing(format: LogFormat) {
     };
 }
 
-fn load_registry(config: &Config) -> Result<Registry, Failure> {
-    Ok(if config.manifests.is_empty() {
-        Registry::demo()
-    } else {
-        Registry::load_dirs(&config.manifests)?
-    })
-}
-
 async fn serve(args: &ServeArgs) -> Result<(), Failure> {
     let config = args.config()?;
     if args.print_config {
@@ -442,7 +430,7 @@ async fn serve(args: &ServeArgs) -> Result<(), Failure> {
         return Ok(());
     }
     init_tracing(config.log_format);
-    let registry = load_registry(&config)?;
+    let registry = Registry::load(&config.manifests)?;
     tracing::info!(
         listen = %config.listen,
         database = %config.database,
@@ -906,7 +894,7 @@ async fn baseline_server(serve: &ServeArgs, messages: Option<&std::path::Path>) 
     use crate::proto::tool_router_server::ToolRouter as _;
     let config = serve.config()?;
     init_tracing(config.log_format);
-    let registry = load_registry(&config)?;
+    let registry = Registry::load(&config.manifests)?;
     let messages = bench_messages(messages)?;
     // The daemon's own answers, through the real service, are what the baseline sends.
     let state = State::new(registry, &config).await?;
@@ -944,11 +932,7 @@ async fn flip_settings(
     duration: Duration,
     every: Duration,
 ) -> Result<(), Failure> {
-    let registry = if manifests.is_empty() {
-        Registry::demo()
-    } else {
-        Registry::load_dirs(manifests)?
-    };
+    let registry = Registry::load(manifests)?;
     let mut keys: Vec<String> = registry
         .domains()
         .iter()

@@ -35,12 +35,18 @@ struct Inner {
     options: SqliteConnectOptions,
     /// The database file; `None` for an in-memory database.
     path: Option<PathBuf>,
-    pool: ArcSwap<SqlitePool>,
-    /// The identity of the file the current pool opened.
-    file: std::sync::Mutex<Option<FileId>>,
+    current: ArcSwap<Opened>,
     /// Held while reopening, so concurrent callers reopen once.
     reopen: tokio::sync::Mutex<()>,
     generation: AtomicU64,
+}
+
+/// A pool and the file it opened, swapped together.
+#[derive(Debug)]
+struct Opened {
+    pool: SqlitePool,
+    /// `None` for an in-memory database.
+    file: Option<FileId>,
 }
 
 /// Device and inode: what tells a replaced file from the one that was opened.
@@ -104,8 +110,7 @@ impl Db {
             inner: Arc::new(Inner {
                 options,
                 path,
-                pool: ArcSwap::from_pointee(pool),
-                file: std::sync::Mutex::new(file),
+                current: ArcSwap::from_pointee(Opened { pool, file }),
                 reopen: tokio::sync::Mutex::new(()),
                 generation: AtomicU64::new(0),
             }),
@@ -117,18 +122,11 @@ impl Db {
         self.inner.generation.load(Ordering::Acquire)
     }
 
-    fn opened_file(&self) -> Option<FileId> {
-        *self
-            .inner
-            .file
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
     /// The pool over the file the path names now, reopening it if it was replaced.
-    async fn pool(&self) -> Result<Arc<SqlitePool>> {
+    async fn pool(&self) -> Result<SqlitePool> {
+        let opened = self.inner.current.load();
         let Some(path) = &self.inner.path else {
-            return Ok(self.inner.pool.load_full());
+            return Ok(opened.pool.clone());
         };
         let missing = |e: std::io::Error| {
             Error::Unavailable(format!(
@@ -137,13 +135,15 @@ impl Db {
             ))
         };
         let now = file_id(path).map_err(missing)?;
-        if self.opened_file() == Some(now) {
-            return Ok(self.inner.pool.load_full());
+        if opened.file == Some(now) {
+            return Ok(opened.pool.clone());
         }
+        drop(opened);
         let _guard = self.inner.reopen.lock().await;
         let now = file_id(path).map_err(missing)?;
-        if self.opened_file() == Some(now) {
-            return Ok(self.inner.pool.load_full());
+        let opened = self.inner.current.load_full();
+        if opened.file == Some(now) {
+            return Ok(opened.pool.clone());
         }
         let pool = open(&self.inner.options).await.map_err(|e| {
             Error::Unavailable(format!(
@@ -151,16 +151,14 @@ impl Db {
                 path.display()
             ))
         })?;
-        let old = self.inner.pool.swap(Arc::new(pool));
-        *self
-            .inner
-            .file
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(now);
+        self.inner.current.store(Arc::new(Opened {
+            pool: pool.clone(),
+            file: Some(now),
+        }));
         self.inner.generation.fetch_add(1, Ordering::AcqRel);
         tracing::warn!(path = %path.display(), "the database file was replaced; reopened it");
-        old.close().await;
-        Ok(self.inner.pool.load_full())
+        opened.pool.close().await;
+        Ok(pool)
     }
 
     /// Checks that the file is still there, reopening it if it was replaced.
@@ -173,14 +171,14 @@ impl Db {
 
     /// Closes every connection (after the server stopped).
     pub async fn close(&self) {
-        self.inner.pool.load().close().await;
+        self.inner.current.load().pool.close().await;
     }
 
     /// Every settings row.
     #[tracing::instrument(skip(self))]
     pub async fn read_settings(&self) -> Result<Vec<(String, String)>> {
         Ok(sqlx::query_as("SELECT key, value FROM settings")
-            .fetch_all(&*self.pool().await?)
+            .fetch_all(&self.pool().await?)
             .await?)
     }
 
@@ -190,7 +188,7 @@ impl Db {
         sqlx::query("INSERT INTO settings (key, value) VALUES (?1, ?2) ON CONFLICT (key) DO UPDATE SET value = excluded.value")
             .bind(key)
             .bind(value)
-            .execute(&*self.pool().await?)
+            .execute(&self.pool().await?)
             .await?;
         Ok(())
     }
@@ -200,7 +198,7 @@ impl Db {
     pub async fn unset_setting(&self, key: &str) -> Result<bool> {
         let r = sqlx::query("DELETE FROM settings WHERE key = ?1")
             .bind(key)
-            .execute(&*self.pool().await?)
+            .execute(&self.pool().await?)
             .await?;
         Ok(r.rows_affected() > 0)
     }
@@ -265,7 +263,7 @@ impl Db {
         sqlx::query("UPDATE conversations SET last_seen = max(last_seen, ?2) WHERE id = ?1")
             .bind(id)
             .bind(now_ms)
-            .execute(&*self.pool().await?)
+            .execute(&self.pool().await?)
             .await?;
         Ok(())
     }

@@ -213,15 +213,9 @@ impl State {
     pub async fn reload(&self) -> Result<Reloaded> {
         let _serial = self.inner.reload.lock().await;
         let dirs = self.inner.manifests.clone();
-        let loaded = tokio::task::spawn_blocking(move || {
-            if dirs.is_empty() {
-                Ok(Registry::demo())
-            } else {
-                Registry::load_dirs(&dirs)
-            }
-        })
-        .await
-        .map_err(|e| Error::Unavailable(format!("the reload task failed: {e}")))?;
+        let loaded = tokio::task::spawn_blocking(move || Registry::load(&dirs))
+            .await
+            .map_err(|e| Error::Unavailable(format!("the reload task failed: {e}")))?;
         let registry = match loaded {
             Ok(r) => Arc::new(r),
             Err(Error::Manifests(errors)) => {
@@ -261,7 +255,8 @@ impl State {
         self.inner.conversations.reset(id).await
     }
 
-    /// Runs conversation upkeep every `period` until `shutdown` resolves, then once more.
+    /// Runs conversation upkeep every `period` until `shutdown` resolves (the final flush is
+    /// [`State::close`]'s).
     pub async fn maintain(&self, period: Duration, shutdown: impl std::future::Future<Output = ()>) {
         tokio::pin!(shutdown);
         loop {
@@ -272,9 +267,6 @@ impl State {
             if let Err(e) = self.inner.conversations.maintain().await {
                 tracing::error!(error = %e, "conversation upkeep failed");
             }
-        }
-        if let Err(e) = self.inner.conversations.maintain().await {
-            tracing::error!(error = %e, "conversation upkeep failed at shutdown");
         }
     }
 

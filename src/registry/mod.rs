@@ -180,6 +180,19 @@ impl Registry {
         })
     }
 
+    /// The registry a daemon serves: the manifests in `dirs`, or the built-in demo registry
+    /// when no folder is given.
+    ///
+    /// # Errors
+    /// As [`Registry::load_dirs`].
+    pub fn load(dirs: &[PathBuf]) -> Result<Registry> {
+        if dirs.is_empty() {
+            Ok(Registry::demo())
+        } else {
+            Registry::load_dirs(dirs)
+        }
+    }
+
     /// Loads every `*.json` and `*.toml` file directly inside each folder.
     ///
     /// # Errors
