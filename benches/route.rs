@@ -1,11 +1,13 @@
 //! `route()` against the bare keyword scan, per workload (see `toolrouter::bench::eval`).
 //!
 //! One criterion group per workload (`demo`, `seal`, `stb`, `scale-100`, `scale-1000`,
-//! `scale-10000`), each with `route` (every message through `route()`) and `scan` (every
-//! message through `Matcher::count_raw`, the automaton floor); throughput is per message.
-//! After criterion, a plain timing loop prints per-message medians, the route/scan ratio and
-//! the route-time slope from `scale-100` to `scale-10000`, for each workload the filter let
-//! run.
+//! `scale-10000`), each with `route` (every message through keyword-only `route()`,
+//! `--search off`), `search` (every message through `route()` with the default search,
+//! `augment`) and `scan` (every message through `Matcher::count_raw`, the automaton floor);
+//! throughput is per message. After criterion, a plain timing loop prints per-message
+//! times, the route/scan ratio, the median time of one message routed with search, the time
+//! to build the search index, and the route-time slope from `scale-100` to `scale-10000`,
+//! for each workload the filter let run.
 //!
 //! The eval sets are read from `TOOLROUTER_EVAL_DIR`, or `../shared/eval` beside the crate;
 //! `seal` and `stb` are skipped with a note when they are missing.
@@ -23,12 +25,16 @@ use std::time::{Duration, Instant};
 use criterion::{Criterion, Throughput};
 use toolrouter::bench::eval::{self, Workload};
 use toolrouter::matcher::{MatchMode, Matcher};
-use toolrouter::router::{Activation, Options, route};
+use toolrouter::router::{Activation, Inputs, Options, route};
+use toolrouter::search::{SearchIndex, SearchMode, SearchOptions};
 
-/// A workload with its automaton and activation built once.
+/// A workload with its automaton, search index and activation built once.
 struct Prepared {
     workload: Workload,
     matcher: Matcher,
+    index: SearchIndex,
+    /// How long building the search index took.
+    index_build: Duration,
     activation: Activation,
 }
 
@@ -36,27 +42,62 @@ impl Prepared {
     fn new(workload: Workload) -> Prepared {
         let matcher = Matcher::new(workload.registry.keywords(), MatchMode::Word)
             .unwrap_or_else(|e| panic!("{}: {e}", workload.name));
+        let started = Instant::now();
+        let index = SearchIndex::new(&workload.registry);
+        let index_build = started.elapsed();
         let activation = Activation::new(&workload.registry, &workload.settings);
         Prepared {
             workload,
             matcher,
+            index,
+            index_build,
             activation,
+        }
+    }
+
+    fn inputs(&self) -> Inputs<'_> {
+        Inputs {
+            registry: &self.workload.registry,
+            matcher: &self.matcher,
+            index: &self.index,
         }
     }
 
     /// One pass of `route()` over every message.
     fn route_pass(&self, options: &Options) {
-        let w = &self.workload;
-        for m in &w.messages {
+        for m in &self.workload.messages {
             black_box(route(
-                &w.registry,
-                &self.matcher,
+                self.inputs(),
                 &self.activation,
                 None,
                 black_box(m.as_str()),
                 options,
             ));
         }
+    }
+
+    /// The median over messages of one message's route time (each the mean of `reps` runs).
+    fn median_ns_per_message(&self, options: &Options, reps: u32) -> f64 {
+        let mut times: Vec<f64> = self
+            .workload
+            .messages
+            .iter()
+            .map(|m| {
+                let start = Instant::now();
+                for _ in 0..reps {
+                    black_box(route(
+                        self.inputs(),
+                        &self.activation,
+                        None,
+                        black_box(m.as_str()),
+                        options,
+                    ));
+                }
+                start.elapsed().as_nanos() as f64 / f64::from(reps)
+            })
+            .collect();
+        times.sort_by(f64::total_cmp);
+        times[times.len() / 2]
     }
 
     /// One pass of the bare automaton scan over every message.
@@ -128,7 +169,15 @@ fn main() {
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(3))
         .configure_from_args();
-    let options = Options::default();
+    // `route` is keyword routing (v1, `--search off`); `search` is the default, `augment`.
+    let options = Options {
+        search: SearchOptions {
+            mode: SearchMode::Off,
+            ..SearchOptions::default()
+        },
+        ..Options::default()
+    };
+    let with_search = Options::default();
     let prepared = workloads();
 
     for p in &prepared {
@@ -152,6 +201,10 @@ fn main() {
         group.bench_function("route", |b| {
             ran.set(true);
             b.iter(|| p.route_pass(&options));
+        });
+        group.bench_function("search", |b| {
+            ran.set(true);
+            b.iter(|| p.route_pass(&with_search));
         });
         group.bench_function("scan", |b| {
             ran.set(true);
@@ -178,6 +231,13 @@ fn main() {
             "route/scan {}: route {route:.0} ns/msg, scan {scan:.0} ns/msg, ratio {:.2}",
             p.workload.name,
             route / scan
+        );
+        let search = p.median_ns_per_message(&with_search, 5);
+        println!(
+            "search {}: median {:.1} us per message with search; index built in {:.1} ms",
+            p.workload.name,
+            search / 1000.0,
+            p.index_build.as_secs_f64() * 1000.0
         );
         route_ns.push((p.workload.name.clone(), route));
     }

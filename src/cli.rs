@@ -42,9 +42,37 @@ pub enum Command {
         /// Route within this conversation.
         #[arg(long)]
         conversation: Option<String>,
+        /// Compute the answer but record nothing about the conversation.
+        #[arg(long)]
+        dry_run: bool,
         /// Connection and output options.
         #[command(flatten)]
         client: ClientArgs,
+    },
+    /// Search every tool of the registry by what it does (the `search_tools` meta-tool).
+    Search {
+        /// What to look for.
+        query: String,
+        /// How many hits (at most 20).
+        #[arg(long, default_value_t = 5)]
+        limit: u32,
+        /// The conversation to load the top hits' groups into (with `--load`).
+        #[arg(long)]
+        conversation: Option<String>,
+        /// Load the active groups of the top hits (at most 3) into the conversation.
+        #[arg(long, requires = "conversation")]
+        load: bool,
+        /// Connection and output options.
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Measure routing on labelled messages, in-process (no daemon needed).
+    Eval(Box<EvalArgs>),
+    /// Help for manifest authors.
+    Keywords {
+        /// What to do.
+        #[command(subcommand)]
+        command: KeywordsCommand,
     },
     /// List every domain, whether it is active, and the prompt section.
     Groups {
@@ -135,6 +163,39 @@ pub struct ClientArgs {
     pub json: bool,
 }
 
+/// `eval` options: the labelled messages, and the same manifest and routing options as
+/// `serve` (every domain active unless `--database` is given).
+#[derive(Debug, Args)]
+pub struct EvalArgs {
+    /// Labelled messages, JSONL: `{"query", "domains", "id"?, "split"?}` per line.
+    #[arg(long)]
+    pub queries: PathBuf,
+    /// Print only the final JSON line.
+    #[arg(long)]
+    pub json: bool,
+    /// Manifests, database and routing options, as for `serve`.
+    #[command(flatten)]
+    pub serve: Box<ServeArgs>,
+}
+
+/// `keywords` tools.
+#[derive(Debug, Subcommand)]
+pub enum KeywordsCommand {
+    /// For each domain, the words that best separate its tools from the rest of the
+    /// registry and that its keywords do not cover yet, best first.
+    Suggest {
+        /// Folders of `*.json` / `*.toml` manifests.
+        #[arg(required = true)]
+        dirs: Vec<PathBuf>,
+        /// Suggestions per domain.
+        #[arg(long, default_value_t = 10)]
+        limit: usize,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
 /// `bench` tools.
 #[derive(Debug, Subcommand)]
 pub enum BenchCommand {
@@ -187,7 +248,8 @@ pub enum BenchCommand {
     Export {
         /// `demo`, `seal`, `stb` or `scale-N` (N tools).
         workload: String,
-        /// Folder to write `manifests/`, `messages.jsonl` and `toolrouter.db` into.
+        /// Folder to write `manifests/`, `messages.jsonl`, `toolrouter.db` and, for the eval
+        /// sets, `queries.jsonl` (labelled, for `toolrouter eval`) into.
         #[arg(long)]
         out: PathBuf,
         /// The eval data folder.
@@ -244,6 +306,24 @@ pub struct ServeArgs {
     /// Start answers with the `load_tool_group` meta-tool [default: true].
     #[arg(long, env = "TOOLROUTER_EXPOSE_LOAD_TOOL_GROUP")]
     pub expose_load_tool_group: Option<bool>,
+    /// Carry the `search_tools` meta-tool in answers [default: true].
+    #[arg(long, env = "TOOLROUTER_EXPOSE_SEARCH_TOOLS")]
+    pub expose_search_tools: Option<bool>,
+    /// When the search index routes: `off` (keywords only), `fallback` (only when nothing
+    /// else routed the message) or `augment` (always) [default: augment].
+    #[arg(long, env = "TOOLROUTER_SEARCH")]
+    pub search: Option<crate::search::SearchMode>,
+    /// A domain is a search hit when it scores at least this share of its segment's best
+    /// [default: 0.6].
+    #[arg(long, env = "TOOLROUTER_SEARCH_MIN_RATIO")]
+    pub search_min_ratio: Option<f32>,
+    /// At most this many search hits per sentence or clause [default: 6].
+    #[arg(long, env = "TOOLROUTER_SEARCH_PER_SEGMENT")]
+    pub search_per_segment: Option<usize>,
+    /// A sentence or clause counts only when its best score is at least this share of the
+    /// message's best [default: 0.2].
+    #[arg(long, env = "TOOLROUTER_SEARCH_SEGMENT_RATIO")]
+    pub search_segment_ratio: Option<f32>,
     /// How long an idle conversation is remembered, e.g. `24h` [default: 24h].
     #[arg(long, env = "TOOLROUTER_CONVERSATION_TTL", value_parser = humantime::parse_duration)]
     pub conversation_ttl: Option<Duration>,
@@ -303,6 +383,11 @@ impl ServeArgs {
             fallback,
             keyword_match,
             expose_load_tool_group,
+            expose_search_tools,
+            search,
+            search_min_ratio,
+            search_per_segment,
+            search_segment_ratio,
             conversation_ttl,
             max_message_bytes,
             log_format,
@@ -372,8 +457,20 @@ pub async fn run(cli: Cli) -> ExitCode {
         Command::Route {
             message,
             conversation,
+            dry_run,
             client,
-        } => route(&client, message, conversation).await,
+        } => route(&client, message, conversation, dry_run).await,
+        Command::Search {
+            query,
+            limit,
+            conversation,
+            load,
+            client,
+        } => search(&client, query, limit, conversation, load).await,
+        Command::Eval(args) => eval(&args),
+        Command::Keywords { command } => match command {
+            KeywordsCommand::Suggest { dirs, limit, json } => suggest_keywords(&dirs, limit, json),
+        },
         Command::Groups { client } => groups(&client).await,
         Command::Load {
             group,
@@ -565,6 +662,7 @@ fn reason_name(r: i32) -> &'static str {
     match proto::Reason::try_from(r).unwrap_or(proto::Reason::Unspecified) {
         proto::Reason::Core => "core",
         proto::Reason::Keyword => "keyword",
+        proto::Reason::Search => "search",
         proto::Reason::Sticky => "sticky",
         proto::Reason::Loaded => "loaded",
         proto::Reason::Fallback => "fallback",
@@ -595,12 +693,19 @@ fn group_json(g: &proto::Group) -> Value {
     })
 }
 
-async fn route(client: &ClientArgs, message: String, conversation: Option<String>) -> Result<(), Failure> {
+async fn route(
+    client: &ClientArgs,
+    message: String,
+    conversation: Option<String>,
+    dry_run: bool,
+) -> Result<(), Failure> {
     let mut c = connect(client).await?;
     let r = c
         .route(proto::RouteRequest {
             message,
             conversation_id: conversation.unwrap_or_default(),
+            dry_run,
+            ..proto::RouteRequest::default()
         })
         .await?
         .into_inner();
@@ -611,6 +716,8 @@ async fn route(client: &ClientArgs, message: String, conversation: Option<String
                 "domain": d.domain,
                 "reason": reason_name(d.reason),
                 "matched_keywords": d.matched_keywords,
+                "matched_terms": d.matched_terms,
+                "score": d.score,
             })).collect::<Vec<_>>(),
             "fallback": r.fallback,
             "registry_version": r.registry_version,
@@ -622,20 +729,34 @@ async fn route(client: &ClientArgs, message: String, conversation: Option<String
         .iter()
         .map(|d| {
             let n = r.tools.iter().filter(|t| t.domain == d.domain).count();
+            let matched = if d.matched_terms.is_empty() {
+                d.matched_keywords.join(", ")
+            } else {
+                format!("{} (score {:.2})", d.matched_terms.join(", "), d.score)
+            };
             vec![
                 d.domain.clone(),
                 reason_name(d.reason).to_string(),
-                d.matched_keywords.join(", "),
+                matched,
                 n.to_string(),
             ]
         })
         .collect();
-    print_table(&["DOMAIN", "REASON", "KEYWORDS", "TOOLS"], &rows);
-    let meta = r.tools.first().is_some_and(|t| t.domain.is_empty());
+    print_table(&["DOMAIN", "REASON", "MATCHED", "TOOLS"], &rows);
+    let meta: Vec<&str> = r
+        .tools
+        .iter()
+        .take_while(|t| t.domain.is_empty())
+        .map(|t| t.name.as_str())
+        .collect();
     out!(
         "\n{} tools{}; fallback: {}; registry version {:016x}",
         r.tools.len(),
-        if meta { " (including load_tool_group)" } else { "" },
+        if meta.is_empty() {
+            String::new()
+        } else {
+            format!(" (including {})", meta.join(" and "))
+        },
         if r.fallback { "yes" } else { "no" },
         r.registry_version
     );
@@ -767,6 +888,181 @@ async fn reload(client: &ClientArgs) -> Result<(), Failure> {
             r.registry_version
         );
     }
+    Ok(())
+}
+
+async fn search(
+    client: &ClientArgs,
+    query: String,
+    limit: u32,
+    conversation: Option<String>,
+    load: bool,
+) -> Result<(), Failure> {
+    let mut c = connect(client).await?;
+    let r = c
+        .search_tools(proto::SearchToolsRequest {
+            query,
+            limit,
+            conversation_id: conversation.unwrap_or_default(),
+            load,
+        })
+        .await?
+        .into_inner();
+    if client.json {
+        print_json(&json!({
+            "hits": r.hits.iter().map(|h| json!({
+                "tool": h.tool.as_ref().map(tool_json),
+                "score": h.score,
+                "matched_terms": h.matched_terms,
+                "active": h.active,
+                "missing_settings_keys": h.missing_settings_keys,
+            })).collect::<Vec<_>>(),
+            "loaded_groups": r.loaded_groups,
+            "text": r.text,
+            "registry_version": r.registry_version,
+        }));
+        return Ok(());
+    }
+    let rows: Vec<Vec<String>> = r
+        .hits
+        .iter()
+        .map(|h| {
+            let t = h.tool.clone().unwrap_or_default();
+            vec![
+                t.name,
+                t.domain,
+                format!("{:.2}", h.score),
+                h.matched_terms.join(", "),
+                if h.active {
+                    "yes".into()
+                } else {
+                    format!("no (set one of {})", h.missing_settings_keys.join(", "))
+                },
+            ]
+        })
+        .collect();
+    print_table(&["TOOL", "DOMAIN", "SCORE", "MATCHED", "ACTIVE"], &rows);
+    if !r.loaded_groups.is_empty() {
+        out!("\nloaded: {}", r.loaded_groups.join(", "));
+    }
+    Ok(())
+}
+
+fn eval(args: &EvalArgs) -> Result<(), Failure> {
+    use crate::eval::Figures;
+    let config = args.serve.config()?;
+    let labelled = crate::eval::read_labelled(&args.queries)?;
+    let registry = Registry::load(&config.manifests)?;
+    let matcher = crate::matcher::Matcher::new(registry.keywords(), config.keyword_match)?;
+    let started = std::time::Instant::now();
+    let index = crate::search::SearchIndex::new(&registry);
+    let index_ms = started.elapsed().as_secs_f64() * 1e3;
+    // Every domain active, unless a settings table is named.
+    let snapshot = match &args.serve.database {
+        None => crate::settings::Snapshot::new(
+            registry
+                .domains()
+                .iter()
+                .flat_map(|d| d.settings_keys.iter().map(|k| (k.clone(), "set".to_string()))),
+        ),
+        Some(url) => {
+            let runtime = tokio::runtime::Handle::current();
+            let rows = tokio::task::block_in_place(|| {
+                runtime.block_on(async {
+                    let db = Db::connect(url).await?;
+                    let rows = db.read_settings().await;
+                    db.close().await;
+                    rows
+                })
+            })?;
+            crate::settings::Snapshot::new(rows)
+        }
+    };
+    let activation = crate::router::Activation::new(&registry, &snapshot);
+    let inputs = crate::router::Inputs {
+        registry: &registry,
+        matcher: &matcher,
+        index: &index,
+    };
+    let report = crate::eval::evaluate(inputs, &activation, &config.routing(), &labelled);
+    if !report.unknown_domains.is_empty() {
+        eprintln!(
+            "warning: {} labelled domains are not in the registry (counted as misses): {}",
+            report.unknown_domains.len(),
+            report.unknown_domains.join(", ")
+        );
+    }
+    if !args.json {
+        let row = |name: &str, f: &Figures| {
+            vec![
+                name.to_string(),
+                f.queries.to_string(),
+                format!("{:.3}", f.strict_recall),
+                format!("{:.3}", f.soft_recall),
+                format!("{:.1}", f.tools_sent),
+                format!("{:.1} %", f.registry_share * 100.0),
+                format!("{:.1}", f.oracle_tools),
+                format!("{:.2}x", f.cost_ratio),
+                format!("{:.1} %", f.fallback_rate * 100.0),
+                format!("{:.1}", f.us_median),
+            ]
+        };
+        let mut rows: Vec<Vec<String>> = report.splits.iter().map(|(n, f)| row(n, f)).collect();
+        rows.push(row("overall", &report.overall));
+        print_table(
+            &[
+                "SPLIT", "QUERIES", "STRICT", "SOFT", "TOOLS", "SHARE", "ORACLE", "COST", "FALLBACK",
+                "US/QUERY",
+            ],
+            &rows,
+        );
+        let reasons: Vec<String> = report
+            .overall
+            .reasons
+            .iter()
+            .map(|(r, n)| format!("{r} {n}"))
+            .collect();
+        out!(
+            "\n{} domains, {} tools; index built in {index_ms:.0} ms; domains by reason: {}",
+            registry.domains().len(),
+            report.registry_tools,
+            reasons.join(", ")
+        );
+    }
+    let line = serde_json::to_string(&report).map_err(|e| Failure::runtime(e.to_string()))?;
+    out!("{line}");
+    Ok(())
+}
+
+fn suggest_keywords(dirs: &[PathBuf], limit: usize, json: bool) -> Result<(), Failure> {
+    let registry = Registry::load_dirs(dirs)?;
+    let index = crate::search::SearchIndex::new(&registry);
+    let suggestions = index.suggest_keywords(&registry, limit);
+    if json {
+        let domains: Vec<Value> = registry
+            .domains()
+            .iter()
+            .zip(&suggestions)
+            .map(|(d, s)| {
+                json!({
+                    "domain": d.name,
+                    "suggestions": s.iter().map(|(w, score)| json!({"term": w, "score": score})).collect::<Vec<_>>(),
+                })
+            })
+            .collect();
+        print_json(&json!({ "domains": domains }));
+        return Ok(());
+    }
+    let rows: Vec<Vec<String>> = registry
+        .domains()
+        .iter()
+        .zip(&suggestions)
+        .map(|(d, s)| {
+            let words: Vec<&str> = s.iter().map(|(w, _)| w.as_str()).collect();
+            vec![d.name.clone(), words.join(", ")]
+        })
+        .collect();
+    print_table(&["DOMAIN", "SUGGESTED KEYWORDS"], &rows);
     Ok(())
 }
 
@@ -903,7 +1199,7 @@ async fn baseline_server(serve: &ServeArgs, messages: Option<&std::path::Path>) 
     for message in messages {
         let req = tonic::Request::new(proto::RouteRequest {
             message: message.clone(),
-            conversation_id: String::new(),
+            ..proto::RouteRequest::default()
         });
         answers.push((message, real.route(req).await?.into_inner()));
     }
@@ -998,6 +1294,9 @@ async fn export(workload: &str, out: &std::path::Path, eval: &std::path::Path) -
     std::fs::create_dir_all(&manifests).map_err(io)?;
     w::write_manifests(&load.registry, &manifests).map_err(io)?;
     w::write_messages(&load.messages, &out.join("messages.jsonl")).map_err(io)?;
+    if !load.labelled.is_empty() {
+        w::write_labelled(&load.labelled, &out.join("queries.jsonl")).map_err(io)?;
+    }
     // The settings that activate every domain, in the database a daemon can be pointed at.
     let db = Db::connect(&format!("sqlite://{}", out.join("toolrouter.db").display())).await?;
     for (key, value) in load.settings.rows() {

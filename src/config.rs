@@ -11,6 +11,7 @@ use serde::{Deserialize, Deserializer};
 use crate::error::{Error, Result};
 use crate::matcher::MatchMode;
 use crate::router::FallbackPolicy;
+use crate::search::{self, SearchMode};
 
 /// Log output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, clap::ValueEnum)]
@@ -42,6 +43,16 @@ pub struct Config {
     pub keyword_match: MatchMode,
     /// Whether answers start with the `load_tool_group` meta-tool.
     pub expose_load_tool_group: bool,
+    /// Whether answers carry the `search_tools` meta-tool.
+    pub expose_search_tools: bool,
+    /// When the search index routes: `off`, `fallback` or `augment`.
+    pub search: SearchMode,
+    /// A domain is a search hit when it scores at least this share of its segment's best.
+    pub search_min_ratio: f32,
+    /// At most this many search hits per segment of a message.
+    pub search_per_segment: usize,
+    /// A segment counts only when its best score is at least this share of the message's best.
+    pub search_segment_ratio: f32,
     /// How long an idle conversation is remembered.
     #[serde(deserialize_with = "duration")]
     pub conversation_ttl: Duration,
@@ -80,6 +91,11 @@ impl Default for Config {
             fallback: FallbackPolicy::AllActive,
             keyword_match: MatchMode::Word,
             expose_load_tool_group: true,
+            expose_search_tools: true,
+            search: SearchMode::Augment,
+            search_min_ratio: search::DEFAULT_MIN_RATIO,
+            search_per_segment: search::DEFAULT_PER_SEGMENT,
+            search_segment_ratio: search::DEFAULT_SEGMENT_RATIO,
             conversation_ttl: Duration::from_secs(24 * 3600),
             max_message_bytes: 65_536,
             log_format: LogFormat::Text,
@@ -108,6 +124,21 @@ fn name<T: clap::ValueEnum>(v: &T) -> String {
 }
 
 impl Config {
+    /// The routing options this configuration asks for.
+    pub fn routing(&self) -> crate::router::Options {
+        crate::router::Options {
+            fallback: self.fallback,
+            expose_load_tool_group: self.expose_load_tool_group,
+            expose_search_tools: self.expose_search_tools,
+            search: search::SearchOptions {
+                mode: self.search,
+                min_ratio: self.search_min_ratio,
+                per_segment: self.search_per_segment,
+                segment_ratio: self.search_segment_ratio,
+            },
+        }
+    }
+
     /// The configuration as a TOML file `--config` would accept. The auth token is never
     /// printed; a comment says whether one is set.
     pub fn to_toml(&self) -> String {
@@ -115,7 +146,8 @@ impl Config {
         let manifests: Vec<String> = self.manifests.iter().map(|p| path(p)).collect();
         let mut out = format!(
             "listen = \"{}\"\ndatabase = {:?}\nmanifests = [{}]\nsettings_ttl = \"{}\"\nfallback = \"{}\"\n\
-             keyword_match = \"{}\"\nexpose_load_tool_group = {}\nconversation_ttl = \"{}\"\n\
+             keyword_match = \"{}\"\nexpose_load_tool_group = {}\nexpose_search_tools = {}\nsearch = \"{}\"\n\
+             search_min_ratio = {}\nsearch_per_segment = {}\nsearch_segment_ratio = {}\nconversation_ttl = \"{}\"\n\
              max_message_bytes = {}\nlog_format = \"{}\"\nbusy_timeout = \"{}\"\ndrain_timeout = \"{}\"\n\
              request_timeout = \"{}\"\nmax_concurrent_requests = {}\nallow_unauthenticated = {}",
             self.listen,
@@ -125,6 +157,11 @@ impl Config {
             name(&self.fallback),
             name(&self.keyword_match),
             self.expose_load_tool_group,
+            self.expose_search_tools,
+            self.search.as_str(),
+            self.search_min_ratio,
+            self.search_per_segment,
+            self.search_segment_ratio,
             humantime::format_duration(self.conversation_ttl),
             self.max_message_bytes,
             name(&self.log_format),
@@ -170,6 +207,19 @@ impl Config {
         }
         if self.max_concurrent_requests == 0 {
             return Err(Error::Config("max_concurrent_requests must be at least 1".into()));
+        }
+        for (key, value) in [
+            ("search_min_ratio", self.search_min_ratio),
+            ("search_segment_ratio", self.search_segment_ratio),
+        ] {
+            if !(0.0..=1.0).contains(&value) {
+                return Err(Error::Config(format!(
+                    "{key} must be between 0 and 1, not {value}"
+                )));
+            }
+        }
+        if self.search_per_segment == 0 {
+            return Err(Error::Config("search_per_segment must be at least 1".into()));
         }
         for (key, value) in [
             ("request_timeout", self.request_timeout),

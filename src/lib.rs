@@ -7,6 +7,7 @@
 //! Data flows top to bottom:
 //! - [`registry`]: manifests (both formats, validated) into an immutable `Registry`.
 //! - [`matcher`]: the Aho-Corasick keyword automaton and the word-boundary rule. Pure.
+//! - [`search`]: the search index over tool text (BM25F, Snowball stems). Pure.
 //! - [`router`]: `route()` and `load()`, pure functions of registry, settings snapshot,
 //!   conversation and message.
 //! - [`settings`]: the settings snapshot and its TTL cache.
@@ -17,6 +18,7 @@
 //! - [`guard`]: auth, load shedding and the per-request timeout, in front of the services.
 //! - [`server`]: `serve(listener, state, config, shutdown)` with health, reflection, TLS and
 //!   the drain timeout.
+//! - [`eval`]: `toolrouter eval`, routing quality over labelled messages.
 //! - [`config`] and [`cli`]: configuration layers and the command line; [`client`]: how
 //!   the client subcommands reach a daemon (token, TLS).
 #![warn(missing_docs)]
@@ -28,10 +30,12 @@ pub mod config;
 pub mod conversations;
 pub mod db;
 pub mod error;
+pub mod eval;
 pub mod guard;
 pub mod matcher;
 pub mod registry;
 pub mod router;
+pub mod search;
 pub mod server;
 pub mod service;
 pub mod settings;

@@ -7,10 +7,14 @@ use std::ops::Range;
 use crate::error::{Error, Result};
 use crate::matcher::Matcher;
 use crate::registry::{DomainId, KeywordId, Registry, Tier, Tool};
+use crate::search::{DomainHit, SearchIndex, SearchMode, SearchOptions};
 use crate::settings::Snapshot;
 
 /// Name of the meta-tool that loads a group for the rest of a conversation.
 pub const LOAD_TOOL_GROUP: &str = "load_tool_group";
+
+/// Name of the meta-tool that searches the registry's tools (SPEC §4, v2).
+pub const SEARCH_TOOLS: &str = "search_tools";
 
 /// What a turn with no keyword hit and nothing sticky gets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, clap::ValueEnum)]
@@ -24,12 +28,16 @@ pub enum FallbackPolicy {
 }
 
 /// Routing options from the configuration.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Options {
     /// See [`FallbackPolicy`].
     pub fallback: FallbackPolicy,
     /// Whether answers start with the `load_tool_group` meta-tool.
     pub expose_load_tool_group: bool,
+    /// Whether answers carry the `search_tools` meta-tool (after `load_tool_group`).
+    pub expose_search_tools: bool,
+    /// When and how the search index routes (SPEC §8).
+    pub search: SearchOptions,
 }
 
 impl Default for Options {
@@ -37,6 +45,8 @@ impl Default for Options {
         Options {
             fallback: FallbackPolicy::AllActive,
             expose_load_tool_group: true,
+            expose_search_tools: true,
+            search: SearchOptions::default(),
         }
     }
 }
@@ -48,9 +58,11 @@ pub enum Reason {
     Core,
     /// This message hit one of its keywords.
     Keyword,
+    /// The search index chose it for this message.
+    Search,
     /// Loaded explicitly in the conversation.
     Loaded,
-    /// Hit on an earlier turn of the conversation.
+    /// Hit (by keyword or search) on an earlier turn of the conversation.
     Sticky,
     /// Nothing hit, so every active fallback domain came in.
     Fallback,
@@ -68,8 +80,10 @@ pub struct Activation {
     fallback: Vec<DomainId>,
     /// Active non-core domains that have tools, by name: what `load_tool_group` may load.
     loadable: Vec<DomainId>,
-    /// The meta-tool, present when something is loadable.
+    /// The `load_tool_group` meta-tool, present when something is loadable.
     meta_tool: Option<Tool>,
+    /// The `search_tools` meta-tool, present when something is loadable.
+    search_tool: Option<Tool>,
 }
 
 impl Activation {
@@ -87,12 +101,14 @@ impl Activation {
         let fallback = ids(&|d| !registry.domain(d).core && registry.domain(d).fallback);
         let loadable = ids(&|d| !registry.domain(d).core && !registry.domain(d).tools.is_empty());
         let meta_tool = (!loadable.is_empty()).then(|| meta_tool(registry, &loadable));
+        let search_tool = (!loadable.is_empty()).then(search_tool);
         Activation {
             active,
             core,
             fallback,
             loadable,
             meta_tool,
+            search_tool,
         }
     }
 
@@ -109,6 +125,16 @@ impl Activation {
     /// The `load_tool_group` meta-tool, when any group is loadable.
     pub fn meta_tool(&self) -> Option<&Tool> {
         self.meta_tool.as_ref()
+    }
+
+    /// The `search_tools` meta-tool, when any group is loadable.
+    pub fn search_tool(&self) -> Option<&Tool> {
+        self.search_tool.as_ref()
+    }
+
+    /// Active non-core domains that have tools, by name: what `load_tool_group` may load.
+    pub fn loadable(&self) -> &[DomainId] {
+        &self.loadable
     }
 
     /// The system-prompt section that lists loadable groups (empty when there are none).
@@ -161,6 +187,36 @@ fn meta_tool(registry: &Registry, loadable: &[DomainId]) -> Tool {
     }
 }
 
+/// The `search_tools` meta-tool: its schema does not depend on the settings, so the prompt
+/// cache holds.
+fn search_tool() -> Tool {
+    let schema = serde_json::json!({
+        "type": "object",
+        "properties": {
+            "query": {
+                "type": "string",
+                "description": "What the user wants to do, in a few words",
+            },
+            "limit": {
+                "type": "integer",
+                "description": "How many tools to return (default 5, at most 20)",
+                "minimum": 1,
+                "maximum": 20,
+            }
+        },
+        "required": ["query"],
+    });
+    Tool {
+        name: SEARCH_TOOLS.to_string(),
+        description: "Search all available tools by what they do, and load the groups of the \
+                      best matches into this conversation. Call it when none of the current \
+                      tools fits the user's request."
+            .to_string(),
+        input_schema_json: schema.to_string(),
+        tier: Tier::Read,
+    }
+}
+
 /// A conversation's remembered state, in the order domains joined it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Conversation {
@@ -176,7 +232,7 @@ pub struct Member {
     pub domain: String,
     /// Loaded with `LoadToolGroup`.
     pub loaded: bool,
-    /// Hit by a keyword on some turn.
+    /// Hit by a keyword or by search on some turn.
     pub hit: bool,
 }
 
@@ -228,16 +284,21 @@ pub struct Included {
 }
 
 /// The answer to one turn.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Decision {
     /// Whether the tool list starts with the `load_tool_group` meta-tool.
     pub meta_tool: bool,
+    /// Whether the `search_tools` meta-tool follows it.
+    pub search_tool: bool,
     /// The included domains that contribute tools, in tool order.
     pub domains: Vec<Included>,
     /// Every keyword that hit an active non-core domain, sorted (so grouped by domain, in
     /// manifest order); [`Included::matched`] ranges index into it.
     pub keywords: Vec<KeywordId>,
-    /// Nothing hit and nothing was sticky.
+    /// The search hits of this message that no keyword hit, by domain (see
+    /// [`Decision::search_hit`]).
+    pub search: Vec<DomainHit>,
+    /// Nothing hit (by keyword, core keyword or search) and nothing was sticky.
     pub fallback: bool,
     /// Domains this message hit that the conversation had not recorded as hit, by name;
     /// the caller records them (see [`Conversation::record_hits`]) before answering.
@@ -250,125 +311,187 @@ impl Decision {
         &self.keywords[included.matched.clone()]
     }
 
+    /// The search hit that brought a domain in (score and matched terms), if search did.
+    pub fn search_hit(&self, domain: DomainId) -> Option<&DomainHit> {
+        self.search
+            .binary_search_by_key(&domain, |h| h.domain)
+            .ok()
+            .map(|i| &self.search[i])
+    }
+
+    /// The meta-tools the answer starts with, in order.
+    fn meta_tools<'a>(&self, activation: &'a Activation) -> impl Iterator<Item = &'a Tool> {
+        let load = activation.meta_tool().filter(|_| self.meta_tool);
+        let search = activation.search_tool().filter(|_| self.search_tool);
+        load.into_iter().chain(search)
+    }
+
     /// How many tools [`Decision::tools`] yields, to size the answer once (a fallback over a
     /// large registry is thousands of tools; growing the vector would copy it repeatedly).
     pub fn tool_count(&self, registry: &Registry, activation: &Activation) -> usize {
-        let meta = usize::from(self.meta_tool && activation.meta_tool().is_some());
-        meta + self
-            .domains
-            .iter()
-            .map(|inc| registry.domain(inc.domain).tools.len())
-            .sum::<usize>()
+        self.meta_tools(activation).count()
+            + self
+                .domains
+                .iter()
+                .map(|inc| registry.domain(inc.domain).tools.len())
+                .sum::<usize>()
     }
 
-    /// The tools of the answer, in order: the meta-tool (when exposed), then each included
+    /// The tools of the answer, in order: the meta-tools (when exposed), then each included
     /// domain's tools in manifest order.
     pub fn tools<'a>(
         &'a self,
         registry: &'a Registry,
         activation: &'a Activation,
     ) -> impl Iterator<Item = (&'a str, &'a Tool)> {
-        let meta = activation.meta_tool().filter(|_| self.meta_tool).map(|t| ("", t));
-        meta.into_iter().chain(self.domains.iter().flat_map(move |inc| {
-            let d = registry.domain(inc.domain);
-            d.tools.iter().map(move |t| (d.name.as_str(), t))
-        }))
+        self.meta_tools(activation)
+            .map(|t| ("", t))
+            .chain(self.domains.iter().flat_map(move |inc| {
+                let d = registry.domain(inc.domain);
+                d.tools.iter().map(move |t| (d.name.as_str(), t))
+            }))
     }
+}
+
+/// What the registry offers a route: the domains, their keyword automaton and their search
+/// index, all built from the same registry.
+#[derive(Debug, Clone, Copy)]
+pub struct Inputs<'a> {
+    /// The registry.
+    pub registry: &'a Registry,
+    /// Its keyword automaton.
+    pub matcher: &'a Matcher,
+    /// Its search index.
+    pub index: &'a SearchIndex,
+}
+
+/// A domain this message hit, and how.
+#[derive(Debug, Clone)]
+enum Hit {
+    /// By keyword: its range of [`Decision::keywords`].
+    Keyword(Range<usize>),
+    /// By search.
+    Search,
 }
 
 /// Decides which domains a turn gets (SPEC §4).
 pub fn route(
-    registry: &Registry,
-    matcher: &Matcher,
+    inputs: Inputs<'_>,
     activation: &Activation,
     conversation: Option<&Conversation>,
     message: &str,
     options: &Options,
 ) -> Decision {
-    // HITS: active non-core domains with a keyword found. A domain without keywords has no
-    // patterns in the automaton, so it can never be a hit (rule 6).
-    let mut keywords = matcher.find(message);
+    let registry = inputs.registry;
+    // Keyword HITS: active non-core domains with a keyword found. A domain without keywords
+    // has no patterns in the automaton, so it can never be a hit (rule 6). An active core
+    // domain's hit routes the message (no fallback) but is never a HIT.
+    let mut keywords = inputs.matcher.find(message);
+    let mut core_hit = false;
     keywords.retain(|&k| {
         let d = registry.keyword_domain(k);
-        !registry.domain(d).core && activation.is_active(d)
+        let active = activation.is_active(d);
+        core_hit |= active && registry.domain(d).core;
+        !registry.domain(d).core && active
     });
     // Keyword ids are sorted, and a domain's ids are contiguous, so each hit domain owns one
     // range of `keywords`, already in manifest order.
-    let mut hits: Vec<(DomainId, Range<usize>)> = Vec::new();
+    let mut hits: Vec<(DomainId, Hit)> = Vec::new();
     for (i, &k) in keywords.iter().enumerate() {
         let d = registry.keyword_domain(k);
         match hits.last_mut() {
-            Some((last, range)) if *last == d => range.end = i + 1,
-            _ => hits.push((d, i..i + 1)),
+            Some((last, Hit::Keyword(range))) if *last == d => range.end = i + 1,
+            _ => hits.push((d, Hit::Keyword(i..i + 1))),
         }
     }
-    let hit_of = |d: DomainId| hits.binary_search_by_key(&d, |(h, _)| *h).ok();
-    let keyword = |(d, range): &(DomainId, Range<usize>)| Included {
-        domain: *d,
-        reason: Reason::Keyword,
-        matched: range.clone(),
+
+    // Members still in the registry, still active, not core (core comes first anyway).
+    let members: Vec<(DomainId, &Member)> = conversation
+        .map(|c| {
+            c.members
+                .iter()
+                .filter_map(|m| registry.find(&m.domain).map(|d| (d, m)))
+                .filter(|&(d, _)| activation.is_active(d) && !registry.domain(d).core)
+                .collect()
+        })
+        .unwrap_or_default();
+    let any_sticky = members.iter().any(|(_, m)| m.hit);
+
+    // Search HITS (SPEC §8): active non-core domains with tools that no keyword hit.
+    let run_search = match options.search.mode {
+        SearchMode::Off => false,
+        SearchMode::Fallback => hits.is_empty() && !any_sticky && !core_hit,
+        SearchMode::Augment => true,
     };
-    let because = |domain: DomainId, reason: Reason| Included {
-        domain,
-        reason,
-        matched: 0..0,
+    let search = if run_search {
+        let keyword_hit = |d: DomainId| hits.binary_search_by_key(&d, |(h, _)| *h).is_ok();
+        inputs.index.domain_hits(message, &options.search, |d| {
+            activation.is_active(d)
+                && !registry.domain(d).core
+                && !registry.domain(d).tools.is_empty()
+                && !keyword_hit(d)
+        })
+    } else {
+        Vec::new()
+    };
+    if !search.is_empty() {
+        hits.extend(search.iter().map(|h| (h.domain, Hit::Search)));
+        hits.sort_by_key(|(d, _)| *d);
+    }
+
+    let hit_of = |d: DomainId| hits.binary_search_by_key(&d, |(h, _)| *h).ok();
+    let included = |(d, hit): &(DomainId, Hit)| match hit {
+        Hit::Keyword(range) => Included {
+            domain: *d,
+            reason: Reason::Keyword,
+            matched: range.clone(),
+        },
+        Hit::Search => because(*d, Reason::Search),
     };
 
     let all_active = options.fallback == FallbackPolicy::AllActive;
+    let fallback = hits.is_empty() && !any_sticky && !core_hit;
     let mut domains: Vec<Included> = Vec::with_capacity(
         activation.core.len()
+            + members.len()
             + hits
                 .len()
                 .max(if all_active { activation.fallback.len() } else { 0 }),
     );
     domains.extend(activation.core.iter().map(|&d| because(d, Reason::Core)));
     let mut new_hits = Vec::new();
-    let fallback;
 
-    match conversation {
-        None => {
-            fallback = hits.is_empty();
-            if !fallback {
-                domains.extend(hits.iter().map(keyword));
-            } else if all_active {
-                domains.extend(activation.fallback.iter().map(|&d| because(d, Reason::Fallback)));
+    if conversation.is_none() {
+        if !fallback {
+            domains.extend(hits.iter().map(included));
+        } else if all_active {
+            domains.extend(activation.fallback.iter().map(|&d| because(d, Reason::Fallback)));
+        }
+    } else {
+        for &(d, m) in &members {
+            if let Some(i) = hit_of(d) {
+                domains.push(included(&hits[i]));
+            } else if m.loaded {
+                domains.push(because(d, Reason::Loaded));
+            } else if m.hit {
+                domains.push(because(d, Reason::Sticky));
             }
         }
-        Some(c) => {
-            // Members still in the registry, still active, not core (core came first).
-            let members: Vec<(DomainId, &Member)> = c
-                .members
-                .iter()
-                .filter_map(|m| registry.find(&m.domain).map(|d| (d, m)))
-                .filter(|&(d, _)| activation.is_active(d) && !registry.domain(d).core)
-                .collect();
-            let any_sticky = members.iter().any(|(_, m)| m.hit);
-            fallback = hits.is_empty() && !any_sticky;
-            for &(d, m) in &members {
-                if let Some(i) = hit_of(d) {
-                    domains.push(keyword(&hits[i]));
-                } else if m.loaded {
-                    domains.push(because(d, Reason::Loaded));
-                } else if m.hit {
-                    domains.push(because(d, Reason::Sticky));
-                }
+        // Hits new to the conversation join now, after earlier members, by name.
+        for hit in &hits {
+            let member = members.iter().find(|(m, _)| *m == hit.0).map(|(_, m)| *m);
+            if member.is_none_or(|m| !m.hit) {
+                new_hits.push(hit.0);
             }
-            // Hits new to the conversation join now, after earlier members, by name.
-            for hit in &hits {
-                let member = members.iter().find(|(m, _)| *m == hit.0).map(|(_, m)| *m);
-                if member.is_none_or(|m| !m.hit) {
-                    new_hits.push(hit.0);
-                }
-                if member.is_none() {
-                    domains.push(keyword(hit));
-                }
+            if member.is_none() {
+                domains.push(included(hit));
             }
-            if fallback && all_active {
-                // Fallback domains do not join the conversation; loaded ones are in already.
-                for &d in &activation.fallback {
-                    if !members.iter().any(|&(m, mem)| m == d && mem.loaded) {
-                        domains.push(because(d, Reason::Fallback));
-                    }
+        }
+        if fallback && all_active {
+            // Fallback domains do not join the conversation; loaded ones are in already.
+            for &d in &activation.fallback {
+                if !members.iter().any(|&(m, mem)| m == d && mem.loaded) {
+                    domains.push(because(d, Reason::Fallback));
                 }
             }
         }
@@ -376,10 +499,20 @@ pub fn route(
     domains.retain(|inc| !registry.domain(inc.domain).tools.is_empty());
     Decision {
         meta_tool: options.expose_load_tool_group && activation.meta_tool.is_some(),
+        search_tool: options.expose_search_tools && activation.search_tool.is_some(),
         domains,
         keywords,
+        search,
         fallback,
         new_hits,
+    }
+}
+
+fn because(domain: DomainId, reason: Reason) -> Included {
+    Included {
+        domain,
+        reason,
+        matched: 0..0,
     }
 }
 
@@ -491,7 +624,33 @@ mod tests {
     struct Fixture {
         registry: Registry,
         matcher: Matcher,
+        index: SearchIndex,
         activation: Activation,
+    }
+
+    impl Fixture {
+        fn inputs(&self) -> Inputs<'_> {
+            Inputs {
+                registry: &self.registry,
+                matcher: &self.matcher,
+                index: &self.index,
+            }
+        }
+
+        fn route(&self, conversation: Option<&Conversation>, message: &str, options: &Options) -> Decision {
+            route(self.inputs(), &self.activation, conversation, message, options)
+        }
+    }
+
+    /// v1 routing: keywords only.
+    fn keywords_only() -> Options {
+        Options {
+            search: SearchOptions {
+                mode: SearchMode::Off,
+                ..SearchOptions::default()
+            },
+            ..Options::default()
+        }
     }
 
     fn fixture() -> Fixture {
@@ -503,6 +662,7 @@ mod tests {
         ]);
         let activation = Activation::new(&registry, &settings);
         Fixture {
+            index: SearchIndex::new(&registry),
             registry,
             matcher,
             activation,
@@ -522,7 +682,7 @@ mod tests {
         }
     }
 
-    use Reason::{Core, Fallback, Keyword, Loaded, Sticky};
+    use Reason::{Core, Fallback, Keyword, Loaded, Search, Sticky};
     const ALL: FallbackPolicy = FallbackPolicy::AllActive;
     const CORE_ONLY: FallbackPolicy = FallbackPolicy::CoreOnly;
     type Members = &'static [(&'static str, bool, bool)];
@@ -568,17 +728,21 @@ mod tests {
             new_hits: &[],
         },
         Case {
-            rule: "a core domain's keyword is never a hit",
+            rule: "a core domain's keyword is never a hit, but it routes the message (no fallback)",
             policy: ALL,
             conversation: None,
             message: "base",
-            domains: &[
-                ("base", Core, &[]),
-                ("lights", Fallback, &[]),
-                ("media", Fallback, &[]),
-                ("nokw", Fallback, &[]),
-            ],
-            fallback: true,
+            domains: &[("base", Core, &[])],
+            fallback: false,
+            new_hits: &[],
+        },
+        Case {
+            rule: "a core keyword hit in a conversation joins nothing",
+            policy: ALL,
+            conversation: Some(&[]),
+            message: "base",
+            domains: &[("base", Core, &[])],
+            fallback: false,
             new_hits: &[],
         },
         Case {
@@ -792,17 +956,10 @@ mod tests {
         for case in CASES {
             let options = Options {
                 fallback: case.policy,
-                expose_load_tool_group: true,
+                ..keywords_only()
             };
             let c = case.conversation.map(conv);
-            let d = route(
-                &f.registry,
-                &f.matcher,
-                &f.activation,
-                c.as_ref(),
-                case.message,
-                &options,
-            );
+            let d = f.route(c.as_ref(), case.message, &options);
             let got: Vec<(&str, Reason, Vec<&str>)> = d
                 .domains
                 .iter()
@@ -824,17 +981,240 @@ mod tests {
         }
     }
 
+    /// A registry whose tools say what they do, for the search rules: `system` core; `climate`,
+    /// `media`, `lights`, `docs` active; `adblock` inactive (its key is unset).
+    const SEARCH_MANIFESTS: &[(&str, &str)] = &[
+        (
+            "system.json",
+            r#"{"name":"system","core":true,"keywords":["uptime"],"tools":[
+                {"name":"disk_usage","description":"Show disk space used and free on the server"}]}"#,
+        ),
+        (
+            "climate.json",
+            r#"{"name":"climate","keywords":["thermostat"],"tools":[
+                {"name":"set_temperature","description":"Set the target temperature of the heating"},
+                {"name":"get_temperature","description":"Read the current room temperature"}]}"#,
+        ),
+        (
+            "media.json",
+            r#"{"name":"media","keywords":["movie"],"tools":[
+                {"name":"play_film","description":"Play a film or a TV episode"},
+                {"name":"pause_playback","description":"Pause what is playing"}]}"#,
+        ),
+        (
+            "lights.json",
+            r#"{"name":"lights","keywords":["lamp"],"tools":[
+                {"name":"dim_light","description":"Dim a light in a room such as the hallway or kitchen"}]}"#,
+        ),
+        (
+            "docs.json",
+            r#"{"name":"docs","keywords":["paperless"],"tools":[
+                {"name":"merge_documents","description":"Combine scanned documents into one PDF"}]}"#,
+        ),
+        (
+            "adblock.json",
+            r#"{"name":"adblock","settings_keys":["adblock_url"],"tools":[
+                {"name":"block_ads","description":"Block ads and trackers for every phone on the network"}]}"#,
+        ),
+    ];
+
+    fn search_fixture() -> Fixture {
+        let registry = Registry::from_sources(SEARCH_MANIFESTS.iter().copied()).unwrap();
+        Fixture {
+            matcher: Matcher::new(registry.keywords(), MatchMode::Word).unwrap(),
+            index: SearchIndex::new(&registry),
+            activation: Activation::new(&registry, &Snapshot::default()),
+            registry,
+        }
+    }
+
+    struct SearchCase {
+        rule: &'static str,
+        mode: SearchMode,
+        conversation: Option<Members>,
+        message: &'static str,
+        /// Domain, reason, and the matched keywords or search terms.
+        domains: &'static [(&'static str, Reason, &'static [&'static str])],
+        fallback: bool,
+        new_hits: &'static [&'static str],
+    }
+
+    const ACTIVE_FALLBACK: &[(&str, Reason, &[&str])] = &[
+        ("system", Core, &[]),
+        ("climate", Fallback, &[]),
+        ("docs", Fallback, &[]),
+        ("lights", Fallback, &[]),
+        ("media", Fallback, &[]),
+    ];
+
+    const SEARCH_CASES: &[SearchCase] = &[
+        SearchCase {
+            rule: "search finds a domain whose keywords the message does not say",
+            mode: SearchMode::Augment,
+            conversation: None,
+            message: "turn the heating up a bit",
+            domains: &[("system", Core, &[]), ("climate", Search, &["heating"])],
+            fallback: false,
+            new_hits: &[],
+        },
+        SearchCase {
+            rule: "each clause of a multi-request message finds its own domain",
+            mode: SearchMode::Augment,
+            conversation: None,
+            message: "pause the film and dim the hallway",
+            domains: &[
+                ("system", Core, &[]),
+                ("lights", Search, &["dim", "hallway"]),
+                ("media", Search, &["pause", "film"]),
+            ],
+            fallback: false,
+            new_hits: &[],
+        },
+        SearchCase {
+            rule: "search hits join keyword hits; a keyword hit keeps reason KEYWORD",
+            mode: SearchMode::Augment,
+            conversation: None,
+            message: "play the movie, then set the heating to 20 degrees",
+            domains: &[
+                ("system", Core, &[]),
+                ("climate", Search, &["heating"]),
+                ("media", Keyword, &["movie"]),
+            ],
+            fallback: false,
+            new_hits: &[],
+        },
+        SearchCase {
+            rule: "an inactive domain is never a search hit, and weaker domains do not take its place",
+            mode: SearchMode::Augment,
+            conversation: None,
+            message: "why do I still see ads on my phone?",
+            domains: ACTIVE_FALLBACK,
+            fallback: true,
+            new_hits: &[],
+        },
+        SearchCase {
+            rule: "a segment about a core domain gives no search hit",
+            mode: SearchMode::Augment,
+            conversation: None,
+            message: "how much disk space is free on the server",
+            domains: ACTIVE_FALLBACK,
+            fallback: true,
+            new_hits: &[],
+        },
+        SearchCase {
+            rule: "small talk has no search hit",
+            mode: SearchMode::Augment,
+            conversation: None,
+            message: "ok, thanks! do it please",
+            domains: ACTIVE_FALLBACK,
+            fallback: true,
+            new_hits: &[],
+        },
+        SearchCase {
+            rule: "search off is keyword routing",
+            mode: SearchMode::Off,
+            conversation: None,
+            message: "turn the heating up a bit",
+            domains: ACTIVE_FALLBACK,
+            fallback: true,
+            new_hits: &[],
+        },
+        SearchCase {
+            rule: "search fallback runs only when nothing else routed the message",
+            mode: SearchMode::Fallback,
+            conversation: None,
+            message: "play the movie, then set the heating to 20 degrees",
+            domains: &[("system", Core, &[]), ("media", Keyword, &["movie"])],
+            fallback: false,
+            new_hits: &[],
+        },
+        SearchCase {
+            rule: "search fallback routes a message nothing else routed",
+            mode: SearchMode::Fallback,
+            conversation: None,
+            message: "turn the heating up a bit",
+            domains: &[("system", Core, &[]), ("climate", Search, &["heating"])],
+            fallback: false,
+            new_hits: &[],
+        },
+        SearchCase {
+            rule: "search fallback does not run over a sticky conversation",
+            mode: SearchMode::Fallback,
+            conversation: Some(&[("media", false, true)]),
+            message: "turn the heating up a bit",
+            domains: &[("system", Core, &[]), ("media", Sticky, &[])],
+            fallback: false,
+            new_hits: &[],
+        },
+        SearchCase {
+            rule: "a search hit joins the conversation like a keyword hit",
+            mode: SearchMode::Augment,
+            conversation: Some(&[("lights", true, false)]),
+            message: "turn the heating up a bit",
+            domains: &[
+                ("system", Core, &[]),
+                ("lights", Loaded, &[]),
+                ("climate", Search, &["heating"]),
+            ],
+            fallback: false,
+            new_hits: &["climate"],
+        },
+        SearchCase {
+            rule: "a domain hit by search earlier is sticky",
+            mode: SearchMode::Augment,
+            conversation: Some(&[("climate", false, true)]),
+            message: "hi",
+            domains: &[("system", Core, &[]), ("climate", Sticky, &[])],
+            fallback: false,
+            new_hits: &[],
+        },
+    ];
+
+    #[test]
+    fn every_search_routing_rule_holds() {
+        let f = search_fixture();
+        for case in SEARCH_CASES {
+            let mut options = Options::default();
+            options.search.mode = case.mode;
+            let c = case.conversation.map(conv);
+            let d = f.route(c.as_ref(), case.message, &options);
+            let got: Vec<(&str, Reason, Vec<String>)> = d
+                .domains
+                .iter()
+                .map(|i| {
+                    let mut matched: Vec<String> = d
+                        .matched(i)
+                        .iter()
+                        .map(|&k| f.registry.keyword(k).to_string())
+                        .collect();
+                    if i.reason == Search {
+                        let hit = d.search_hit(i.domain).expect("a search domain has its hit");
+                        assert!(hit.score > 0.0, "rule: {}", case.rule);
+                        matched = hit.terms.clone();
+                    }
+                    (f.registry.domain(i.domain).name.as_str(), i.reason, matched)
+                })
+                .collect();
+            let want: Vec<(&str, Reason, Vec<String>)> = case
+                .domains
+                .iter()
+                .map(|&(n, r, k)| (n, r, k.iter().map(|s| s.to_string()).collect()))
+                .collect();
+            assert_eq!(got, want, "rule: {}", case.rule);
+            assert_eq!(d.fallback, case.fallback, "fallback flag; rule: {}", case.rule);
+            let new: Vec<&str> = d
+                .new_hits
+                .iter()
+                .map(|&h| f.registry.domain(h).name.as_str())
+                .collect();
+            assert_eq!(new, case.new_hits, "new hits; rule: {}", case.rule);
+        }
+    }
+
     #[test]
     fn tools_keep_manifest_order_after_the_meta_tool() {
         let f = fixture();
-        let d = route(
-            &f.registry,
-            &f.matcher,
-            &f.activation,
-            None,
-            "movie",
-            &Options::default(),
-        );
+        let d = f.route(None, "movie", &Options::default());
         let names: Vec<(&str, &str)> = d
             .tools(&f.registry, &f.activation)
             .map(|(dom, t)| (dom, t.name.as_str()))
@@ -843,6 +1223,7 @@ mod tests {
             names,
             vec![
                 ("", LOAD_TOOL_GROUP),
+                ("", SEARCH_TOOLS),
                 ("base", "b1"),
                 ("media", "m1"),
                 ("media", "m2")
@@ -872,18 +1253,37 @@ mod tests {
         let f = fixture();
         let off = Options {
             expose_load_tool_group: false,
+            expose_search_tools: false,
             ..Options::default()
         };
-        let d = route(&f.registry, &f.matcher, &f.activation, None, "movie", &off);
-        assert!(!d.meta_tool);
+        let d = f.route(None, "movie", &off);
+        assert!(!d.meta_tool && !d.search_tool);
         assert_eq!(d.tools(&f.registry, &f.activation).next().unwrap().1.name, "b1");
+        let search_only = Options {
+            expose_load_tool_group: false,
+            ..Options::default()
+        };
+        let d = f.route(None, "movie", &search_only);
+        let first: Vec<&str> = d
+            .tools(&f.registry, &f.activation)
+            .take(2)
+            .map(|(_, t)| t.name.as_str())
+            .collect();
+        assert_eq!(first, [SEARCH_TOOLS, "b1"]);
 
         let only_core = Registry::from_sources([MANIFESTS[0], MANIFESTS[6]]).unwrap();
         let m = Matcher::new(only_core.keywords(), MatchMode::Word).unwrap();
         let a = Activation::new(&only_core, &Snapshot::default());
-        assert!(a.meta_tool().is_none());
+        assert!(a.meta_tool().is_none() && a.search_tool().is_none());
         assert_eq!(a.prompt_section(&only_core), "");
-        assert!(!route(&only_core, &m, &a, None, "x", &Options::default()).meta_tool);
+        let index = SearchIndex::new(&only_core);
+        let inputs = Inputs {
+            registry: &only_core,
+            matcher: &m,
+            index: &index,
+        };
+        let d = route(inputs, &a, None, "x", &Options::default());
+        assert!(!d.meta_tool && !d.search_tool);
     }
 
     #[test]

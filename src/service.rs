@@ -25,11 +25,16 @@ impl ToolRouterService {
     }
 
     fn check_message(&self, message: &str) -> Result<()> {
+        self.check_text(message, "message")
+    }
+
+    /// Checks a free-text field against `max_message_bytes`.
+    fn check_text(&self, text: &str, field: &str) -> Result<()> {
         let limit = self.state.max_message_bytes();
-        if message.len() > limit {
+        if text.len() > limit {
             return Err(Error::InvalidArgument(format!(
-                "'message' is {} bytes, over the limit of {limit} bytes (max_message_bytes).",
-                message.len()
+                "'{field}' is {} bytes, over the limit of {limit} bytes (max_message_bytes).",
+                text.len()
             )));
         }
         Ok(())
@@ -102,6 +107,7 @@ fn reason(r: Reason) -> proto::Reason {
     match r {
         Reason::Core => proto::Reason::Core,
         Reason::Keyword => proto::Reason::Keyword,
+        Reason::Search => proto::Reason::Search,
         Reason::Loaded => proto::Reason::Loaded,
         Reason::Sticky => proto::Reason::Sticky,
         Reason::Fallback => proto::Reason::Fallback,
@@ -121,7 +127,7 @@ impl ToolRouter for ToolRouterService {
         let req = request.into_inner();
         self.check_message(&req.message)?;
         let conv = conversation_id(&req.conversation_id)?;
-        let (view, decision) = self.state.route(&req.message, conv).await?;
+        let (view, decision) = self.state.route(&req.message, conv, req.dry_run).await?;
         tracing::debug!(
             message_bytes = req.message.len(),
             domains = decision.domains.len(),
@@ -140,14 +146,21 @@ impl ToolRouter for ToolRouterService {
             domains: decision
                 .domains
                 .iter()
-                .map(|inc| proto::DomainDecision {
-                    domain: registry.domain(inc.domain).name.clone(),
-                    reason: reason(inc.reason).into(),
-                    matched_keywords: decision
-                        .matched(inc)
-                        .iter()
-                        .map(|&k| registry.keyword(k).to_string())
-                        .collect(),
+                .map(|inc| {
+                    let search = (inc.reason == Reason::Search)
+                        .then(|| decision.search_hit(inc.domain))
+                        .flatten();
+                    proto::DomainDecision {
+                        domain: registry.domain(inc.domain).name.clone(),
+                        reason: reason(inc.reason).into(),
+                        matched_keywords: decision
+                            .matched(inc)
+                            .iter()
+                            .map(|&k| registry.keyword(k).to_string())
+                            .collect(),
+                        matched_terms: search.map(|h| h.terms.clone()).unwrap_or_default(),
+                        score: search.map_or(0.0, |h| h.score),
+                    }
                 })
                 .collect(),
             fallback: decision.fallback,
@@ -227,6 +240,61 @@ impl ToolRouter for ToolRouterService {
         Ok(Response::new(proto::ResetConversationResponse {}))
     }
 
+    async fn search_tools(
+        &self,
+        request: Request<proto::SearchToolsRequest>,
+    ) -> Result<Response<proto::SearchToolsResponse>, Status> {
+        let req = request.into_inner();
+        let query = required(&req.query, "query")?;
+        self.check_text(query, "query")?;
+        let conv = conversation_id(&req.conversation_id)?;
+        let load_into = match (req.load, conv) {
+            (false, _) => None,
+            (true, Some(id)) => Some(id),
+            (true, None) => {
+                return Err(Error::InvalidArgument(
+                    "Required parameter 'conversation_id' is missing (needed with 'load').".to_string(),
+                )
+                .into());
+            }
+        };
+        let limit = match req.limit as usize {
+            0 => SEARCH_LIMIT.0,
+            n => n.min(SEARCH_LIMIT.1),
+        };
+        let found = self.state.search_tools(query, limit, load_into).await?;
+        let view = &found.view;
+        let hits: Vec<proto::ToolHit> = found
+            .hits
+            .iter()
+            .map(|h| {
+                let d = view.registry.domain(h.domain);
+                let active = view.activation.is_active(h.domain);
+                proto::ToolHit {
+                    tool: Some(tool(&d.name, &d.tools[h.tool])),
+                    score: h.score,
+                    matched_terms: h.terms.clone(),
+                    active,
+                    missing_settings_keys: if active {
+                        Vec::new()
+                    } else {
+                        d.settings_keys.clone()
+                    },
+                }
+            })
+            .collect();
+        let loaded_groups = domain_names(&view.registry, found.loaded.iter().copied());
+        if !loaded_groups.is_empty() {
+            tracing::info!(groups = ?loaded_groups, "groups loaded by search");
+        }
+        Ok(Response::new(proto::SearchToolsResponse {
+            text: search_text(view, query, &hits, &loaded_groups),
+            hits,
+            loaded_groups,
+            registry_version: view.registry.version(),
+        }))
+    }
+
     async fn reload_registry(
         &self,
         _request: Request<proto::ReloadRegistryRequest>,
@@ -238,6 +306,44 @@ impl ToolRouter for ToolRouterService {
             tools: u32::try_from(r.tools).unwrap_or(u32::MAX),
         }))
     }
+}
+
+/// Default and largest `SearchTools.limit` (SPEC §5); a larger limit is cut to the largest.
+const SEARCH_LIMIT: (usize, usize) = (5, 20);
+
+/// The `text` of a `SearchTools` answer, for the model to read.
+fn search_text(view: &View, query: &str, hits: &[proto::ToolHit], loaded: &[String]) -> String {
+    if hits.is_empty() {
+        let active = domain_names(&view.registry, view.activation.loadable().iter().copied());
+        return format!(
+            "No tools matched '{}'. Active groups: {}.",
+            query.trim(),
+            if active.is_empty() {
+                "none".to_string()
+            } else {
+                active.join(", ")
+            }
+        );
+    }
+    let mut text = format!(
+        "Found {} {}:",
+        hits.len(),
+        if hits.len() == 1 { "tool" } else { "tools" }
+    );
+    for h in hits {
+        let Some(t) = &h.tool else { continue };
+        text.push_str(&format!("\n- {} ({}): {}", t.name, t.domain, t.description));
+        if !h.active {
+            text.push_str(&format!(
+                " [not configured: set one of {}]",
+                h.missing_settings_keys.join(", ")
+            ));
+        }
+    }
+    if !loaded.is_empty() {
+        text.push_str(&format!("\nLoaded for this conversation: {}.", loaded.join(", ")));
+    }
+    text
 }
 
 #[cfg(test)]

@@ -14,7 +14,8 @@ use crate::db::Db;
 use crate::error::{Error, Result};
 use crate::matcher::{MatchMode, Matcher};
 use crate::registry::Registry;
-use crate::router::{self, Activation, Decision, Load, Options};
+use crate::router::{self, Activation, Decision, Inputs, Load, Options};
+use crate::search::{SearchIndex, ToolMatch};
 use crate::settings::{SettingsCache, Snapshot};
 
 /// How many conversations are kept in memory; older ones are re-read from SQLite.
@@ -27,11 +28,38 @@ pub struct View {
     pub registry: Arc<Registry>,
     /// The keyword automaton over the registry.
     pub matcher: Arc<Matcher>,
+    /// The search index over the registry.
+    pub index: Arc<SearchIndex>,
     /// The settings snapshot the activation was derived from.
     pub settings: Arc<Snapshot>,
     /// What the snapshot means for the registry.
     pub activation: Activation,
 }
+
+impl View {
+    /// What a route reads from the registry.
+    pub fn inputs(&self) -> Inputs<'_> {
+        Inputs {
+            registry: &self.registry,
+            matcher: &self.matcher,
+            index: &self.index,
+        }
+    }
+}
+
+/// What `SearchTools` found, and which groups it loaded.
+#[derive(Debug)]
+pub struct Searched {
+    /// The view it was answered from.
+    pub view: Arc<View>,
+    /// The ranked tools, best first.
+    pub hits: Vec<ToolMatch>,
+    /// The groups loaded into the conversation, in rank order.
+    pub loaded: Vec<crate::registry::DomainId>,
+}
+
+/// The most domains one `SearchTools` call loads into a conversation (SPEC §5).
+pub const MAX_SEARCH_LOADS: usize = 3;
 
 /// The daemon's shared state. Cloning is shallow.
 #[derive(Clone)]
@@ -75,10 +103,12 @@ impl State {
         let snapshot = settings.get().await;
         let registry = Arc::new(registry);
         let matcher = Arc::new(Matcher::new(registry.keywords(), config.keyword_match)?);
+        let index = Arc::new(SearchIndex::new(&registry));
         let activation = Activation::new(&registry, &snapshot);
         let view = View {
             registry,
             matcher,
+            index,
             settings: snapshot,
             activation,
         };
@@ -91,10 +121,7 @@ impl State {
                 ),
                 db,
                 settings,
-                options: Options {
-                    fallback: config.fallback,
-                    expose_load_tool_group: config.expose_load_tool_group,
-                },
+                options: config.routing(),
                 max_message_bytes: config.max_message_bytes,
                 view: ArcSwap::from_pointee(view),
                 manifests: config.manifests.clone(),
@@ -125,6 +152,7 @@ impl State {
         let next = Arc::new(View {
             registry: view.registry.clone(),
             matcher: view.matcher.clone(),
+            index: view.index.clone(),
             activation: Activation::new(&view.registry, &snapshot),
             settings: snapshot,
         });
@@ -134,17 +162,21 @@ impl State {
         next
     }
 
-    /// Routes one message (SPEC §4), recording new keyword hits in the conversation before
-    /// answering.
+    /// Routes one message (SPEC §4), recording new keyword and search hits in the
+    /// conversation before answering, unless `dry_run`.
     ///
     /// # Errors
     /// None today: a conversation store fault degrades the answer instead (see above).
-    pub async fn route(&self, message: &str, conversation_id: Option<&str>) -> Result<(Arc<View>, Decision)> {
+    pub async fn route(
+        &self,
+        message: &str,
+        conversation_id: Option<&str>,
+        dry_run: bool,
+    ) -> Result<(Arc<View>, Decision)> {
         let view = self.view().await;
         let decide = |conversation: Option<&router::Conversation>| {
             router::route(
-                &view.registry,
-                &view.matcher,
+                view.inputs(),
                 &view.activation,
                 conversation,
                 message,
@@ -167,7 +199,7 @@ impl State {
             }
         };
         let decision = decide(Some(&entry.state));
-        if !decision.new_hits.is_empty() {
+        if !decision.new_hits.is_empty() && !dry_run {
             let mut next = entry.state.clone();
             next.record_hits(&view.registry, &decision.new_hits);
             if let Err(e) = convs.save(id, &mut entry, next).await {
@@ -194,6 +226,43 @@ impl State {
         Ok((view, load))
     }
 
+    /// Searches the whole registry's tools (SPEC §5 `SearchTools`); with a conversation and
+    /// `load`, loads the active non-core groups of the top hits (at most
+    /// [`MAX_SEARCH_LOADS`], in rank order) into it, persisted before answering.
+    ///
+    /// # Errors
+    /// A database fault while loading.
+    pub async fn search_tools(&self, query: &str, limit: usize, load_into: Option<&str>) -> Result<Searched> {
+        let view = self.view().await;
+        let hits = view.index.search_tools(query, limit);
+        let mut loaded = Vec::new();
+        if let Some(id) = load_into {
+            let registry = &view.registry;
+            let mut groups: Vec<crate::registry::DomainId> = Vec::new();
+            for h in &hits {
+                let d = registry.domain(h.domain);
+                if view.activation.is_active(h.domain)
+                    && !d.core
+                    && !groups.contains(&h.domain)
+                    && groups.len() < MAX_SEARCH_LOADS
+                {
+                    groups.push(h.domain);
+                }
+            }
+            if !groups.is_empty() {
+                let convs = &self.inner.conversations;
+                let mut entry = convs.lock(id).await?;
+                let mut next = entry.state.clone();
+                for &d in &groups {
+                    next.record_load(&registry.domain(d).name);
+                }
+                convs.save(id, &mut entry, next).await?;
+                loaded = groups;
+            }
+        }
+        Ok(Searched { view, hits, loaded })
+    }
+
     /// Drops the settings cache and re-reads the table at once.
     ///
     /// # Errors
@@ -213,11 +282,16 @@ impl State {
     pub async fn reload(&self) -> Result<Reloaded> {
         let _serial = self.inner.reload.lock().await;
         let dirs = self.inner.manifests.clone();
-        let loaded = tokio::task::spawn_blocking(move || Registry::load(&dirs))
-            .await
-            .map_err(|e| Error::Unavailable(format!("the reload task failed: {e}")))?;
-        let registry = match loaded {
-            Ok(r) => Arc::new(r),
+        let loaded = tokio::task::spawn_blocking(move || {
+            Registry::load(&dirs).map(|r| {
+                let index = SearchIndex::new(&r);
+                (r, index)
+            })
+        })
+        .await
+        .map_err(|e| Error::Unavailable(format!("the reload task failed: {e}")))?;
+        let (registry, index) = match loaded {
+            Ok((r, index)) => (Arc::new(r), Arc::new(index)),
             Err(Error::Manifests(errors)) => {
                 let version = self.inner.view.load().registry.version();
                 return Err(Error::FailedPrecondition(format!(
@@ -230,6 +304,7 @@ impl State {
         self.inner.view.rcu(|current| View {
             registry: registry.clone(),
             matcher: matcher.clone(),
+            index: index.clone(),
             settings: current.settings.clone(),
             activation: Activation::new(&registry, &current.settings),
         });

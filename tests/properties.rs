@@ -18,8 +18,9 @@ use serde_json::{Map, Value, json};
 use toolrouter::matcher::{MatchMode, Matcher};
 use toolrouter::registry::{Domain, Registry, Tier, Tool, manifest};
 use toolrouter::router::{
-    Activation, Conversation, Decision, FallbackPolicy, Member, Options, Reason, route,
+    Activation, Conversation, Decision, FallbackPolicy, Inputs, Member, Options, Reason, route,
 };
+use toolrouter::search::{SearchIndex, SearchMode, SearchOptions};
 use toolrouter::settings::Snapshot;
 
 /// `cases` cases, a cheap RNG, and no regression files written into the source tree.
@@ -586,6 +587,7 @@ struct Fixed {
     registry: Registry,
     word: Matcher,
     substring: Matcher,
+    index: SearchIndex,
     activation: Activation,
     keywords: Vec<String>,
 }
@@ -608,6 +610,7 @@ fn fixed() -> &'static Fixed {
             word: Matcher::new(registry.keywords(), MatchMode::Word).unwrap(),
             substring: Matcher::new(registry.keywords(), MatchMode::Substring).unwrap(),
             activation: Activation::new(&registry, &every_key_set),
+            index: SearchIndex::new(&registry),
             keywords: registry.keywords().map(String::from).collect(),
             registry,
         }
@@ -759,9 +762,10 @@ proptest! {
         };
         for matcher in [&f.word, &f.substring] {
             for fallback in [FallbackPolicy::AllActive, FallbackPolicy::CoreOnly] {
-                let options = Options { fallback, expose_load_tool_group: true };
+                let options = Options { fallback, ..Options::default() };
+                let inputs = Inputs { registry: &f.registry, matcher, index: &f.index };
                 for c in [None, Some(&conversation)] {
-                    let d = route(&f.registry, matcher, &f.activation, c, &message, &options);
+                    let d = route(inputs, &f.activation, c, &message, &options);
                     check_decision_bounds(&f.registry, &d)?;
                     prop_assert_eq!(
                         d.tools(&f.registry, &f.activation).count(),
@@ -1005,6 +1009,21 @@ struct Facts {
     keywords: Vec<usize>,
     /// Active non-core domains with a keyword hit.
     hits: BTreeSet<usize>,
+    /// Whether an active core domain has a keyword hit (it routes the message: no fallback).
+    core_hit: bool,
+}
+
+/// Keyword routing only (`--search off`): what the model below describes.
+fn keywords_only(fallback: FallbackPolicy, expose_load_tool_group: bool) -> Options {
+    Options {
+        fallback,
+        expose_load_tool_group,
+        search: SearchOptions {
+            mode: SearchMode::Off,
+            ..SearchOptions::default()
+        },
+        ..Options::default()
+    }
 }
 
 fn facts(registry: &Registry, settings: &[(String, String)], message: &str, mode: MatchMode) -> Facts {
@@ -1024,10 +1043,11 @@ fn facts(registry: &Registry, settings: &[(String, String)], message: &str, mode
         owner.extend(std::iter::repeat_n(i, d.keywords.len()));
     }
     let countable = |d: usize| active[d] && !registry.domain(d).core;
-    let keywords: Vec<usize> = spec_keyword_hits(registry, message, mode)
-        .into_iter()
-        .filter(|&k| countable(owner[k]))
-        .collect();
+    let all_hits = spec_keyword_hits(registry, message, mode);
+    let core_hit = all_hits
+        .iter()
+        .any(|&k| active[owner[k]] && registry.domain(owner[k]).core);
+    let keywords: Vec<usize> = all_hits.into_iter().filter(|&k| countable(owner[k])).collect();
     let hits = keywords.iter().map(|&k| owner[k]).collect();
     let by_name = registry
         .domains()
@@ -1040,6 +1060,7 @@ fn facts(registry: &Registry, settings: &[(String, String)], message: &str, mode
         by_name,
         keywords,
         hits,
+        core_hit,
     }
 }
 
@@ -1091,7 +1112,7 @@ impl Turn<'_> {
     }
 
     fn expected_fallback(&self) -> bool {
-        self.facts.hits.is_empty() && !self.live_members().iter().any(|(_, m)| m.hit)
+        self.facts.hits.is_empty() && !self.facts.core_hit && !self.live_members().iter().any(|(_, m)| m.hit)
     }
 
     /// The whole answer SPEC §4 prescribes: (domain, reason) in tool order.
@@ -1176,6 +1197,7 @@ fn each_turn(s: &Scenario, check: impl Fn(&Turn) -> Result<(), TestCaseError>) -
     let snapshot = Snapshot::new(s.settings.clone());
     let activation = Activation::new(&registry, &snapshot);
     let conversation = s.conversation.clone().map(|members| Conversation { members });
+    let index = SearchIndex::new(&registry);
     for mode in [MatchMode::Word, MatchMode::Substring] {
         let matcher = Matcher::new(registry.keywords(), mode).unwrap();
         let facts = facts(&registry, &s.settings, &s.message, mode);
@@ -1188,16 +1210,18 @@ fn each_turn(s: &Scenario, check: impl Fn(&Turn) -> Result<(), TestCaseError>) -
             );
         }
         for policy in [FallbackPolicy::AllActive, FallbackPolicy::CoreOnly] {
-            let options = Options {
-                fallback: policy,
-                expose_load_tool_group: s.expose_load_tool_group,
+            let options = keywords_only(policy, s.expose_load_tool_group);
+            let inputs = Inputs {
+                registry: &registry,
+                matcher: &matcher,
+                index: &index,
             };
             for c in [None, conversation.as_ref()] {
                 if c.is_none() && conversation.is_some() && policy == FallbackPolicy::CoreOnly {
                     // Covered by the scenarios without a conversation; keeps cases cheap.
                     continue;
                 }
-                let decision = route(&registry, &matcher, &activation, c, &s.message, &options);
+                let decision = route(inputs, &activation, c, &s.message, &options);
                 let turn = Turn {
                     registry: &registry,
                     activation: &activation,
@@ -1351,5 +1375,40 @@ proptest! {
             }
             Ok(())
         })?;
+    }
+}
+
+proptest! {
+    #![proptest_config(config(ROUTE_CASES))]
+
+    #[test]
+    fn search_never_includes_an_inactive_or_core_domain_and_explains_every_hit(s in scenario()) {
+        let registry = build_registry(&s);
+        let activation = Activation::new(&registry, &Snapshot::new(s.settings.clone()));
+        let matcher = Matcher::new(registry.keywords(), MatchMode::Word).unwrap();
+        let index = SearchIndex::new(&registry);
+        let inputs = Inputs { registry: &registry, matcher: &matcher, index: &index };
+        let conversation = s.conversation.clone().map(|members| Conversation { members });
+        for mode in [SearchMode::Fallback, SearchMode::Augment] {
+            let mut options = Options::default();
+            options.search.mode = mode;
+            for c in [None, conversation.as_ref()] {
+                let d = route(inputs, &activation, c, &s.message, &options);
+                let again = route(inputs, &activation, c, &s.message, &options);
+                prop_assert_eq!(&d, &again, "deterministic");
+                for inc in &d.domains {
+                    prop_assert!(activation.is_active(inc.domain), "inactive {} included", registry.domain(inc.domain).name);
+                }
+                for hit in &d.search {
+                    let dom = registry.domain(hit.domain);
+                    prop_assert!(activation.is_active(hit.domain) && !dom.core && !dom.tools.is_empty(), "search hit {}", dom.name);
+                    prop_assert!(hit.score > 0.0 && !hit.terms.is_empty(), "search hit {} unexplained", dom.name);
+                }
+                if !d.search.is_empty() {
+                    prop_assert!(!d.fallback, "a search hit routes the message");
+                }
+                prop_assert_eq!(d.tools(&registry, &activation).count(), d.tool_count(&registry, &activation));
+            }
+        }
     }
 }

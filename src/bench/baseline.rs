@@ -104,4 +104,11 @@ impl ToolRouter for BaselineService {
     ) -> Result<Response<proto::ReloadRegistryResponse>, Status> {
         unimplemented()
     }
+
+    async fn search_tools(
+        &self,
+        _: Request<proto::SearchToolsRequest>,
+    ) -> Result<Response<proto::SearchToolsResponse>, Status> {
+        unimplemented()
+    }
 }

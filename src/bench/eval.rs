@@ -32,6 +32,8 @@ pub struct Workload {
     pub settings: Snapshot,
     /// The user messages, in a fixed order.
     pub messages: Vec<String>,
+    /// For the eval sets: each message with the domains it needs (empty otherwise).
+    pub labelled: Vec<crate::eval::Labelled>,
 }
 
 /// The schema of every eval tool: the eval sets carry no parameter schemas.
@@ -105,6 +107,7 @@ pub fn demo() -> Workload {
         registry,
         settings,
         messages: DEMO_MESSAGES.iter().map(|m| (*m).to_string()).collect(),
+        labelled: Vec::new(),
     }
 }
 
@@ -126,11 +129,19 @@ struct EvalTool {
     subcategory: String,
     #[serde(default)]
     service: String,
+    #[serde(default)]
+    api: String,
 }
 
 #[derive(Deserialize)]
 struct EvalQuery {
     query: String,
+    #[serde(default)]
+    category: Vec<String>,
+    #[serde(default)]
+    id: String,
+    #[serde(default)]
+    split: String,
 }
 
 /// The Seal-Tools set in `eval_dir` (`tools.json` and `queries.jsonl`): one domain per
@@ -238,12 +249,31 @@ fn load_eval(name: &str, dir: &Path, source: Source) -> crate::Result<(Workload,
     for t in tools {
         let tool_name = match source {
             Source::Seal => manifest_tool_name(&t.name),
-            Source::Stb => t.name.clone(),
+            // `service::endpoint` names become manifest-valid, numbered when that makes
+            // two equal.
+            Source::Stb => {
+                let base = manifest_tool_name(&t.name);
+                let mut name = base.clone();
+                let mut n = 2;
+                while tool_names.contains(&name) {
+                    let suffix = format!("_{n}");
+                    name = format!("{}{suffix}", &base[..base.len().min(64 - suffix.len())]);
+                    n += 1;
+                }
+                name
+            }
         };
         if !tool_names.insert(tool_name.clone()) {
             skipped += 1;
             continue;
         }
+        // A few StableToolBench endpoints have no description: their service and endpoint
+        // names say what they do.
+        let description = if t.description.trim().is_empty() {
+            format!("{}: {}", t.service, t.api)
+        } else {
+            t.description
+        };
         let i = *by_category.entry(t.category.clone()).or_insert_with(|| {
             domains.push(Domain {
                 name: unique_slug(&t.category, &mut taken),
@@ -271,30 +301,47 @@ fn load_eval(name: &str, dir: &Path, source: Source) -> crate::Result<(Workload,
         }
         d.tools.push(Tool {
             name: tool_name,
-            description: t.description,
+            description,
             input_schema_json: EMPTY_SCHEMA.into(),
             tier: Tier::Read,
         });
     }
+    let category_domain: HashMap<String, String> = by_category
+        .iter()
+        .map(|(category, &i)| (category.clone(), domains[i].name.clone()))
+        .collect();
     let registry = Registry::new(domains).map_err(crate::Error::Manifests)?;
 
     let queries_path = dir.join("queries.jsonl");
     let text = std::fs::read_to_string(&queries_path)
         .map_err(io_error(format!("cannot read {}", queries_path.display())))?;
-    let messages = text
+    let queries = text
         .lines()
         .filter(|l| !l.trim().is_empty())
-        .map(|l| {
-            serde_json::from_str::<EvalQuery>(l)
-                .map(|q| q.query)
-                .map_err(|e| parse_error(&queries_path, e))
+        .map(|l| serde_json::from_str::<EvalQuery>(l).map_err(|e| parse_error(&queries_path, e)))
+        .collect::<crate::Result<Vec<EvalQuery>>>()?;
+    // Categories become the domain names they were given above.
+    let domain_of = |category: &String| {
+        category_domain
+            .get(category)
+            .cloned()
+            .unwrap_or_else(|| slug(category))
+    };
+    let labelled = queries
+        .iter()
+        .map(|q| crate::eval::Labelled {
+            query: q.query.clone(),
+            domains: q.category.iter().map(domain_of).collect(),
+            id: q.id.clone(),
+            split: q.split.clone(),
         })
-        .collect::<crate::Result<Vec<String>>>()?;
+        .collect();
     let workload = Workload {
         name: name.into(),
         registry,
         settings: Snapshot::default(),
-        messages,
+        messages: queries.into_iter().map(|q| q.query).collect(),
+        labelled,
     };
     Ok((workload, skipped))
 }
@@ -367,7 +414,21 @@ pub fn scale(tools: usize) -> Workload {
         registry,
         settings: Snapshot::default(),
         messages: SCALE_MESSAGES.iter().map(|m| (*m).to_string()).collect(),
+        labelled: Vec::new(),
     }
+}
+
+/// Writes labelled messages as `toolrouter eval` reads them (JSONL).
+///
+/// # Errors
+/// The file cannot be written.
+pub fn write_labelled(labelled: &[crate::eval::Labelled], path: &Path) -> std::io::Result<()> {
+    let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
+    for l in labelled {
+        serde_json::to_writer(&mut out, l)?;
+        out.write_all(b"\n")?;
+    }
+    out.flush()
 }
 
 /// Writes one native JSON manifest per domain into `dir` (created if missing), as

@@ -153,6 +153,7 @@ async fn call(
                 .route(RouteRequest {
                     message,
                     conversation_id,
+                    ..RouteRequest::default()
                 })
                 .await;
             (

@@ -1,0 +1,304 @@
+//! `toolrouter eval` (SPEC §8): routes labelled messages in-process and measures how often
+//! the answer holds every labelled domain, and what it costs in tools.
+//!
+//! A labelled file is JSONL: `{"query": str, "domains": [str], "id"?: str, "split"?: str}`
+//! per line. Figures per split and overall:
+//! - strict recall: share of messages whose answer holds every labelled domain (by any
+//!   reason, so a fallback counts only when it really sent them all);
+//! - soft recall: mean share of a message's labelled domains in its answer;
+//! - tools sent: mean domain tools per answer (the meta-tools, the same on every turn, are
+//!   not counted), and as a share of the registry's tools;
+//! - oracle tools: mean tools of exactly the labelled domains plus the active core domains;
+//!   cost ratio = tools sent / oracle tools;
+//! - fallback rate, answers' domains counted by reason, and route time per message.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::registry::DomainId;
+use crate::router::{self, Activation, Inputs, Options, Reason};
+
+/// One labelled message.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
+pub struct Labelled {
+    /// The user's message.
+    pub query: String,
+    /// The domains (by name) it needs.
+    pub domains: Vec<String>,
+    /// Its id in the source set.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub id: String,
+    /// The split it belongs to.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub split: String,
+}
+
+/// Reads a labelled JSONL file; blank lines are skipped.
+///
+/// # Errors
+/// An unreadable file, or a line that is not a labelled message (its line number named).
+pub fn read_labelled(path: &Path) -> Result<Vec<Labelled>> {
+    let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
+        context: format!("cannot read {}", path.display()),
+        source,
+    })?;
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .map(|(i, l)| {
+            serde_json::from_str(l).map_err(|e| {
+                Error::Config(format!(
+                    "{}:{}: not a labelled message ({{\"query\", \"domains\"}}): {e}",
+                    path.display(),
+                    i + 1
+                ))
+            })
+        })
+        .collect()
+}
+
+/// The figures for one split (or all of them).
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct Figures {
+    /// Messages.
+    pub queries: usize,
+    /// Share of messages whose answer holds every labelled domain.
+    pub strict_recall: f64,
+    /// Mean share of labelled domains in the answer.
+    pub soft_recall: f64,
+    /// Mean domain tools per answer.
+    pub tools_sent: f64,
+    /// `tools_sent` over the registry's tool count.
+    pub registry_share: f64,
+    /// Mean tools of exactly the labelled domains plus core.
+    pub oracle_tools: f64,
+    /// `tools_sent / oracle_tools`.
+    pub cost_ratio: f64,
+    /// Share of answers that were a fallback.
+    pub fallback_rate: f64,
+    /// Domains in answers, by reason (`core`, `keyword`, `search`, `loaded`, `sticky`,
+    /// `fallback`).
+    pub reasons: BTreeMap<String, usize>,
+    /// Mean route time per message, in microseconds.
+    pub us_per_query: f64,
+    /// Median route time per message, in microseconds.
+    pub us_median: f64,
+}
+
+/// The whole report: every split by name, then all of them.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct Report {
+    /// Per split, by name (messages without a split are under `""`).
+    pub splits: BTreeMap<String, Figures>,
+    /// Every message.
+    pub overall: Figures,
+    /// The registry's tool count.
+    pub registry_tools: usize,
+    /// Labelled domain names the registry does not have (each counts as a miss).
+    pub unknown_domains: Vec<String>,
+}
+
+/// What one routed message gave.
+struct Outcome {
+    strict: bool,
+    soft: f64,
+    sent: usize,
+    oracle: usize,
+    fallback: bool,
+    reasons: Vec<Reason>,
+    micros: f64,
+}
+
+fn reason_name(r: Reason) -> &'static str {
+    match r {
+        Reason::Core => "core",
+        Reason::Keyword => "keyword",
+        Reason::Search => "search",
+        Reason::Loaded => "loaded",
+        Reason::Sticky => "sticky",
+        Reason::Fallback => "fallback",
+    }
+}
+
+fn figures<'a>(outcomes: impl Iterator<Item = &'a Outcome>, registry_tools: usize) -> Figures {
+    let mut f = Figures::default();
+    let mut times = Vec::new();
+    let (mut strict, mut soft, mut sent, mut oracle, mut fallback, mut micros) = (0, 0.0, 0, 0, 0, 0.0);
+    for o in outcomes {
+        f.queries += 1;
+        strict += usize::from(o.strict);
+        soft += o.soft;
+        sent += o.sent;
+        oracle += o.oracle;
+        fallback += usize::from(o.fallback);
+        micros += o.micros;
+        times.push(o.micros);
+        for r in &o.reasons {
+            *f.reasons.entry(reason_name(*r).to_string()).or_default() += 1;
+        }
+    }
+    if f.queries == 0 {
+        return f;
+    }
+    let n = f.queries as f64;
+    f.strict_recall = strict as f64 / n;
+    f.soft_recall = soft / n;
+    f.tools_sent = sent as f64 / n;
+    f.registry_share = f.tools_sent / registry_tools.max(1) as f64;
+    f.oracle_tools = oracle as f64 / n;
+    f.cost_ratio = if oracle == 0 {
+        0.0
+    } else {
+        sent as f64 / oracle as f64
+    };
+    f.fallback_rate = fallback as f64 / n;
+    f.us_per_query = micros / n;
+    times.sort_by(f64::total_cmp);
+    f.us_median = times[times.len() / 2];
+    f
+}
+
+/// Routes every labelled message (without a conversation) and measures the answers.
+pub fn evaluate(
+    inputs: Inputs<'_>,
+    activation: &Activation,
+    options: &Options,
+    labelled: &[Labelled],
+) -> Report {
+    let registry = inputs.registry;
+    let mut unknown: Vec<String> = Vec::new();
+    let mut outcomes: Vec<(&str, Outcome)> = Vec::with_capacity(labelled.len());
+    let core_tools: usize = activation
+        .active()
+        .filter(|&d| registry.domain(d).core)
+        .map(|d| registry.domain(d).tools.len())
+        .sum();
+    for l in labelled {
+        let started = Instant::now();
+        let decision = router::route(inputs, activation, None, &l.query, options);
+        let micros = started.elapsed().as_secs_f64() * 1e6;
+        let included: Vec<DomainId> = decision.domains.iter().map(|i| i.domain).collect();
+        let mut found = 0;
+        let mut oracle = core_tools;
+        let mut wanted: Vec<DomainId> = Vec::new();
+        for name in &l.domains {
+            match registry.find(name) {
+                Some(d) => {
+                    if wanted.contains(&d) {
+                        continue;
+                    }
+                    wanted.push(d);
+                    found += usize::from(included.contains(&d));
+                    if !registry.domain(d).core {
+                        oracle += registry.domain(d).tools.len();
+                    }
+                }
+                None => {
+                    if !unknown.contains(name) {
+                        unknown.push(name.clone());
+                    }
+                }
+            }
+        }
+        let labels = l.domains.len().max(1);
+        outcomes.push((
+            l.split.as_str(),
+            Outcome {
+                strict: found == wanted.len() && wanted.len() == l.domains.len(),
+                soft: found as f64 / labels as f64,
+                sent: decision
+                    .domains
+                    .iter()
+                    .map(|i| registry.domain(i.domain).tools.len())
+                    .sum(),
+                oracle,
+                fallback: decision.fallback,
+                reasons: decision.domains.iter().map(|i| i.reason).collect(),
+                micros,
+            },
+        ));
+    }
+    let registry_tools = registry.tool_count();
+    let mut splits = BTreeMap::new();
+    let names: std::collections::BTreeSet<&str> = outcomes.iter().map(|(s, _)| *s).collect();
+    for split in names {
+        let these = outcomes.iter().filter(|(s, _)| *s == split).map(|(_, o)| o);
+        splits.insert(split.to_string(), figures(these, registry_tools));
+    }
+    Report {
+        overall: figures(outcomes.iter().map(|(_, o)| o), registry_tools),
+        splits,
+        registry_tools,
+        unknown_domains: unknown,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::matcher::{MatchMode, Matcher};
+    use crate::registry::Registry;
+    use crate::search::{SearchIndex, SearchMode};
+    use crate::settings::Snapshot;
+
+    #[test]
+    fn figures_count_strict_soft_cost_and_fallback() {
+        let registry = Registry::from_sources(
+            [
+                ("a.json", r#"{"name":"a","keywords":["alpha"],"tools":[{"name":"a1","description":"first"},{"name":"a2","description":"second"}]}"#),
+                ("b.json", r#"{"name":"b","keywords":["beta"],"tools":[{"name":"b1","description":"third"}]}"#),
+                ("c.json", r#"{"name":"c","core":true,"tools":[{"name":"c1","description":"core"}]}"#),
+            ]
+            .into_iter(),
+        )
+        .unwrap();
+        let matcher = Matcher::new(registry.keywords(), MatchMode::Word).unwrap();
+        let index = SearchIndex::new(&registry);
+        let activation = Activation::new(&registry, &Snapshot::default());
+        let mut options = Options::default();
+        options.search.mode = SearchMode::Off;
+        let label = |q: &str, d: &[&str], split: &str| Labelled {
+            query: q.into(),
+            domains: d.iter().map(|s| s.to_string()).collect(),
+            id: String::new(),
+            split: split.into(),
+        };
+        let labelled = [
+            // Hit: a (2 tools) + core (1) sent; oracle a + core = 3.
+            label("alpha please", &["a"], "x"),
+            // Miss: b sent, a and b wanted.
+            label("beta", &["a", "b"], "x"),
+            // Fallback sends everything (4 tools), which holds b.
+            label("nothing here", &["b"], "y"),
+            // A domain the registry lacks is a miss.
+            label("alpha", &["zzz"], "y"),
+        ];
+        let inputs = Inputs {
+            registry: &registry,
+            matcher: &matcher,
+            index: &index,
+        };
+        let report = evaluate(inputs, &activation, &options, &labelled);
+        assert_eq!(report.unknown_domains, vec!["zzz".to_string()]);
+        let x = &report.splits["x"];
+        assert_eq!(x.queries, 2);
+        assert_eq!(x.strict_recall, 0.5);
+        assert_eq!(x.soft_recall, 0.75);
+        assert_eq!(x.tools_sent, 2.5, "3 for alpha, 2 for beta");
+        assert_eq!(x.oracle_tools, 3.5, "3, then a + b + core = 4");
+        let y = &report.splits["y"];
+        assert_eq!(y.strict_recall, 0.5);
+        assert_eq!(y.fallback_rate, 0.5);
+        assert_eq!(y.reasons["fallback"], 2);
+        let all = &report.overall;
+        assert_eq!(all.queries, 4);
+        assert_eq!(all.strict_recall, 0.5);
+        assert_eq!(report.registry_tools, 4);
+        assert_eq!(all.tools_sent, (3 + 2 + 4 + 3) as f64 / 4.0);
+        assert_eq!(all.registry_share, all.tools_sent / 4.0);
+    }
+}

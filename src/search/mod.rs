@@ -1,0 +1,572 @@
+//! The search index: finds the domains a message is about when it says none of their
+//! keywords. Built with the registry (and rebuilt on reload), immutable, pure: no I/O, no
+//! clock.
+//!
+//! Each tool is a document with four fields: the words of its name (split at `_`, `-`, case
+//! changes and digits), its description, a walk of its input schema (property names and
+//! descriptions, enum values, nested objects and items), and its domain's display name,
+//! description and keywords. Words are analysed by [`analysis`] (UAX #29 words, lowercase,
+//! stop words, Snowball English stems). Scoring is BM25F (Robertson & Zaragoza, "The
+//! Probabilistic Relevance Framework: BM25 and Beyond", 2009): each field's term frequency is
+//! length-normalised and weighted, the sum saturated once with `k1`, times the term's IDF over
+//! tools. Per (term, tool) that product is computed at build, so a query only adds weights
+//! from posting lists.
+//!
+//! Routing ([`SearchIndex::domain_hits`]) scores each segment of the message (sentences and
+//! clauses) on its own, so a message with several requests finds each one's domain. A domain
+//! scores what its best tool scores. Within a segment a domain is a hit when it scores at
+//! least [`SearchOptions::min_ratio`] of the segment's best domain, at most
+//! [`SearchOptions::per_segment`] of them; a segment counts only when its best is at least
+//! [`SearchOptions::segment_ratio`] of the message's best segment. Every threshold is
+//! relative to the message's own scores, so they carry over between registries of different
+//! sizes, where absolute BM25 scores do not.
+
+pub mod analysis;
+
+use std::collections::HashMap;
+use std::ops::Range;
+
+use serde_json::Value;
+
+use crate::registry::{DomainId, Registry};
+use analysis::Analyzer;
+
+/// A term (a stem) of the index.
+type TermId = u32;
+
+/// How search takes part in routing (SPEC §8).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SearchMode {
+    /// No search: routing by keywords only (SPEC v1).
+    Off,
+    /// Search only when nothing else routed the message.
+    Fallback,
+    /// Search on every message; its hits join the keyword hits.
+    #[default]
+    Augment,
+}
+
+impl SearchMode {
+    /// The spelling on the command line and in config files.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SearchMode::Off => "off",
+            SearchMode::Fallback => "fallback",
+            SearchMode::Augment => "augment",
+        }
+    }
+}
+
+impl std::str::FromStr for SearchMode {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "off" => Ok(SearchMode::Off),
+            "fallback" => Ok(SearchMode::Fallback),
+            "augment" => Ok(SearchMode::Augment),
+            other => Err(format!(
+                "unknown search mode {other:?}: use off, fallback or augment"
+            )),
+        }
+    }
+}
+
+/// The routing thresholds of search. Defaults chosen on Seal-Tools' `dev` split only (see
+/// BENCHMARKS.md, "Routing quality").
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SearchOptions {
+    /// When search runs.
+    pub mode: SearchMode,
+    /// A domain is a hit in a segment when it scores at least this share of the segment's
+    /// best domain (0..=1).
+    pub min_ratio: f32,
+    /// At most this many domains per segment.
+    pub per_segment: usize,
+    /// A segment counts only when its best score is at least this share of the message's
+    /// best segment (0..=1): scene-setting sentences ("I'm planning a trip") score low.
+    pub segment_ratio: f32,
+}
+
+impl Default for SearchOptions {
+    fn default() -> Self {
+        SearchOptions {
+            mode: SearchMode::Augment,
+            min_ratio: DEFAULT_MIN_RATIO,
+            per_segment: DEFAULT_PER_SEGMENT,
+            segment_ratio: DEFAULT_SEGMENT_RATIO,
+        }
+    }
+}
+
+/// Default [`SearchOptions::min_ratio`].
+pub const DEFAULT_MIN_RATIO: f32 = 0.6;
+/// Default [`SearchOptions::per_segment`].
+pub const DEFAULT_PER_SEGMENT: usize = 6;
+/// Default [`SearchOptions::segment_ratio`].
+pub const DEFAULT_SEGMENT_RATIO: f32 = 0.2;
+
+/// BM25F's term-frequency saturation.
+const K1: f32 = 1.2;
+
+/// One document field: its weight and how strongly its length is normalised.
+#[derive(Debug, Clone, Copy)]
+struct Field {
+    weight: f32,
+    b: f32,
+}
+
+/// Name, description, schema, domain text.
+const FIELDS: [Field; 4] = [
+    Field { weight: 2.0, b: 0.75 },
+    Field { weight: 1.0, b: 0.75 },
+    Field { weight: 0.5, b: 0.75 },
+    Field { weight: 1.0, b: 0.75 },
+];
+
+/// A domain the search index chose for a message.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DomainHit {
+    /// The domain.
+    pub domain: DomainId,
+    /// What its best tool scored, in the best segment for it.
+    pub score: f32,
+    /// The message's words (lowercased) that matched that tool, in message order.
+    pub terms: Vec<String>,
+}
+
+/// A tool the search index ranked for a query.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolMatch {
+    /// The tool's domain.
+    pub domain: DomainId,
+    /// The tool's position in its domain.
+    pub tool: usize,
+    /// Its score (for an exact name match, at least the best other score).
+    pub score: f32,
+    /// The query's words (lowercased) that matched it, in query order.
+    pub terms: Vec<String>,
+}
+
+/// The index over one registry's tools.
+#[derive(Debug)]
+pub struct SearchIndex {
+    analyzer: Analyzer,
+    /// Stem -> term.
+    terms: HashMap<String, TermId, foldhash::fast::FixedState>,
+    /// Every lowercase word seen at build -> its term (`None`: a stop word), so most query
+    /// words skip the stemmer.
+    surface: HashMap<String, Option<TermId>, foldhash::fast::FixedState>,
+    /// A word that stands for each term (the first seen), for explanations and suggestions.
+    term_words: Vec<String>,
+    /// Posting lists: term `t`'s are `post_tool[post_start[t]..post_start[t + 1]]`, with
+    /// their precomputed BM25F weights in `post_weight`.
+    post_start: Vec<u32>,
+    post_tool: Vec<u32>,
+    post_weight: Vec<f32>,
+    /// Document frequency of each term, in tools.
+    df: Vec<u32>,
+    /// Global tool -> its domain, and the first global tool of each domain (one more entry
+    /// at the end).
+    tool_domain: Vec<u32>,
+    domain_start: Vec<u32>,
+    /// Lowercased tool name -> global tool, for exact-name lookups.
+    names: HashMap<String, u32, foldhash::fast::FixedState>,
+}
+
+/// The text of one tool's four fields.
+fn tool_fields(registry: &Registry, d: DomainId, t: usize) -> [String; 4] {
+    let domain = registry.domain(d);
+    let tool = &domain.tools[t];
+    let mut schema = String::new();
+    if let Ok(v) = serde_json::from_str::<Value>(&tool.input_schema_json) {
+        walk_schema(&v, &mut schema);
+    }
+    let mut domain_text = format!("{} {}", domain.display_name, domain.description);
+    for k in &domain.keywords {
+        domain_text.push(' ');
+        domain_text.push_str(k);
+    }
+    [
+        analysis::split_identifier(&tool.name),
+        tool.description.clone(),
+        schema,
+        domain_text,
+    ]
+}
+
+/// Appends the words of a JSON Schema: property names (split), descriptions, titles, enum
+/// values, and the same for nested objects, items and combinators.
+fn walk_schema(v: &Value, out: &mut String) {
+    let Value::Object(map) = v else { return };
+    for key in ["description", "title"] {
+        if let Some(Value::String(s)) = map.get(key) {
+            out.push(' ');
+            out.push_str(s);
+        }
+    }
+    if let Some(Value::Array(values)) = map.get("enum") {
+        for e in values {
+            if let Value::String(s) = e {
+                out.push(' ');
+                out.push_str(&analysis::split_identifier(s));
+            }
+        }
+    }
+    if let Some(Value::Object(props)) = map.get("properties") {
+        for (name, prop) in props {
+            out.push(' ');
+            out.push_str(&analysis::split_identifier(name));
+            walk_schema(prop, out);
+        }
+    }
+    for key in ["items", "additionalProperties"] {
+        if let Some(inner) = map.get(key) {
+            walk_schema(inner, out);
+        }
+    }
+    for key in ["anyOf", "oneOf", "allOf", "prefixItems"] {
+        if let Some(Value::Array(items)) = map.get(key) {
+            for inner in items {
+                walk_schema(inner, out);
+            }
+        }
+    }
+    for key in ["$defs", "definitions"] {
+        if let Some(Value::Object(defs)) = map.get(key) {
+            for inner in defs.values() {
+                walk_schema(inner, out);
+            }
+        }
+    }
+}
+
+impl SearchIndex {
+    /// Builds the index over every tool of `registry` (active or not: activation changes
+    /// per settings snapshot, the index per registry).
+    pub fn new(registry: &Registry) -> SearchIndex {
+        let analyzer = Analyzer::new();
+        let mut terms: HashMap<String, TermId, _> = HashMap::default();
+        let mut surface: HashMap<String, Option<TermId>, _> = HashMap::default();
+        let mut term_words: Vec<String> = Vec::new();
+        let mut tool_domain = Vec::with_capacity(registry.tool_count());
+        let mut domain_start = Vec::with_capacity(registry.domains().len() + 1);
+        let mut names = HashMap::default();
+        // Per tool: (term, field) counts, and per field the tool's length in terms.
+        let mut docs: Vec<(Vec<(TermId, usize)>, [f32; 4])> = Vec::with_capacity(registry.tool_count());
+
+        for (d, domain) in registry.domains().iter().enumerate() {
+            domain_start.push(tool_domain.len() as u32);
+            for (t, tool) in domain.tools.iter().enumerate() {
+                names.insert(tool.name.to_lowercase(), tool_domain.len() as u32);
+                tool_domain.push(d as u32);
+                let fields = tool_fields(registry, d, t);
+                let mut occurrences = Vec::new();
+                let mut lengths = [0f32; 4];
+                for (f, text) in fields.iter().enumerate() {
+                    for w in analysis::words(text) {
+                        let term = *surface.entry(w.text.clone()).or_insert_with(|| {
+                            if analyzer.is_stop(&w.text) {
+                                return None;
+                            }
+                            let stem = analyzer.stem(&w.text).into_owned();
+                            let next = terms.len() as TermId;
+                            let id = *terms.entry(stem).or_insert(next);
+                            if id == next {
+                                term_words.push(w.text.clone());
+                            }
+                            Some(id)
+                        });
+                        if let Some(term) = term {
+                            occurrences.push((term, f));
+                            lengths[f] += 1.0;
+                        }
+                    }
+                }
+                occurrences.sort_unstable();
+                docs.push((occurrences, lengths));
+            }
+        }
+        domain_start.push(tool_domain.len() as u32);
+
+        let n = docs.len().max(1) as f32;
+        let mut avg = [0f32; 4];
+        for (_, lengths) in &docs {
+            for f in 0..4 {
+                avg[f] += lengths[f] / n;
+            }
+        }
+        // Per term: (tool, pseudo term frequency), in tool order.
+        let mut postings: Vec<Vec<(u32, f32)>> = vec![Vec::new(); terms.len()];
+        for (tool, (occurrences, lengths)) in docs.iter().enumerate() {
+            let norm: [f32; 4] = std::array::from_fn(|f| {
+                let rel = if avg[f] > 0.0 { lengths[f] / avg[f] } else { 0.0 };
+                1.0 - FIELDS[f].b + FIELDS[f].b * rel
+            });
+            let mut i = 0;
+            while i < occurrences.len() {
+                let term = occurrences[i].0;
+                let mut tf = 0.0;
+                while i < occurrences.len() && occurrences[i].0 == term {
+                    let f = occurrences[i].1;
+                    tf += FIELDS[f].weight / norm[f];
+                    i += 1;
+                }
+                postings[term as usize].push((tool as u32, tf));
+            }
+        }
+        let mut post_start = Vec::with_capacity(terms.len() + 1);
+        let mut post_tool = Vec::new();
+        let mut post_weight = Vec::new();
+        let mut df = Vec::with_capacity(terms.len());
+        for list in &postings {
+            post_start.push(post_tool.len() as u32);
+            let n_t = list.len() as f32;
+            let idf = (1.0 + (n - n_t + 0.5) / (n_t + 0.5)).ln();
+            df.push(list.len() as u32);
+            for &(tool, tf) in list {
+                post_tool.push(tool);
+                post_weight.push(idf * tf * (K1 + 1.0) / (tf + K1));
+            }
+        }
+        post_start.push(post_tool.len() as u32);
+        SearchIndex {
+            analyzer,
+            terms,
+            surface,
+            term_words,
+            post_start,
+            post_tool,
+            post_weight,
+            df,
+            tool_domain,
+            domain_start,
+            names,
+        }
+    }
+
+    /// How many distinct terms the index holds.
+    pub fn term_count(&self) -> usize {
+        self.term_words.len()
+    }
+
+    /// The term of a lowercase word, if the index has it.
+    fn term(&self, word: &str) -> Option<TermId> {
+        if let Some(&known) = self.surface.get(word) {
+            return known;
+        }
+        if self.analyzer.is_stop(word) {
+            return None;
+        }
+        self.terms.get(self.analyzer.stem(word).as_ref()).copied()
+    }
+
+    /// The distinct terms of a piece of text, each with the first word that stands for it.
+    fn query_terms(&self, text: &str, offset: usize) -> Vec<(TermId, Range<usize>)> {
+        let mut out: Vec<(TermId, Range<usize>)> = Vec::new();
+        for w in analysis::words(text) {
+            if let Some(term) = self.term(&w.text)
+                && !out.iter().any(|(t, _)| *t == term)
+            {
+                out.push((term, offset + w.span.start..offset + w.span.end));
+            }
+        }
+        out
+    }
+
+    fn postings(&self, term: TermId) -> (&[u32], &[f32]) {
+        let range = self.post_start[term as usize] as usize..self.post_start[term as usize + 1] as usize;
+        (&self.post_tool[range.clone()], &self.post_weight[range])
+    }
+
+    /// Adds every term's postings to `scores`, recording tools touched for the first time.
+    fn accumulate(&self, terms: &[(TermId, Range<usize>)], scores: &mut [f32], touched: &mut Vec<u32>) {
+        for (term, _) in terms {
+            let (tools, weights) = self.postings(*term);
+            for (&tool, &w) in tools.iter().zip(weights) {
+                let s = &mut scores[tool as usize];
+                if *s == 0.0 {
+                    touched.push(tool);
+                }
+                *s += w;
+            }
+        }
+    }
+
+    /// Whether a tool's document holds a term.
+    fn has_term(&self, tool: u32, term: TermId) -> bool {
+        self.postings(term).0.binary_search(&tool).is_ok()
+    }
+
+    /// The words of `text` whose terms the tool holds, lowercased, in order.
+    fn matched_words(&self, text: &str, terms: &[(TermId, Range<usize>)], tool: u32) -> Vec<String> {
+        terms
+            .iter()
+            .filter(|(term, _)| self.has_term(tool, *term))
+            .map(|(_, span)| text[span.clone()].to_lowercase())
+            .collect()
+    }
+
+    /// The domains a message is about, by segment (see the module documentation), among
+    /// those `eligible` accepts (the router passes active, non-core domains with tools).
+    /// Every domain competes for a segment's best score, so a segment about a core or an
+    /// inactive domain does not hand its hits to weaker ones. Sorted by domain.
+    pub fn domain_hits(
+        &self,
+        message: &str,
+        options: &SearchOptions,
+        eligible: impl Fn(DomainId) -> bool,
+    ) -> Vec<DomainHit> {
+        let domains = self.domain_start.len() - 1;
+        let mut scores = vec![0f32; self.tool_domain.len()];
+        let mut touched: Vec<u32> = Vec::new();
+        // Per domain: best score and the tool that has it, for the current segment.
+        let mut best: Vec<(f32, u32)> = vec![(0.0, 0); domains];
+        let mut touched_domains: Vec<u32> = Vec::new();
+        // Per segment that found anything: its best score and its candidate hits.
+        let mut found: Vec<(f32, Vec<(DomainId, f32, u32)>, Vec<(TermId, Range<usize>)>)> = Vec::new();
+
+        for segment in analysis::segments(message) {
+            let terms = self.query_terms(&message[segment.clone()], segment.start);
+            if terms.is_empty() {
+                continue;
+            }
+            self.accumulate(&terms, &mut scores, &mut touched);
+            for &tool in &touched {
+                let d = self.tool_domain[tool as usize];
+                let s = scores[tool as usize];
+                let slot = &mut best[d as usize];
+                if slot.0 == 0.0 {
+                    touched_domains.push(d);
+                }
+                // Ties go to the earlier tool, so the explanation is deterministic.
+                if s > slot.0 || (s == slot.0 && tool < slot.1) {
+                    *slot = (s, tool);
+                }
+                scores[tool as usize] = 0.0;
+            }
+            touched.clear();
+            let top = touched_domains
+                .iter()
+                .map(|&d| best[d as usize].0)
+                .fold(0f32, f32::max);
+            let mut candidates: Vec<(DomainId, f32, u32)> = touched_domains
+                .iter()
+                .map(|&d| (d as DomainId, best[d as usize].0, best[d as usize].1))
+                .filter(|&(d, s, _)| s >= options.min_ratio * top && eligible(d))
+                .collect();
+            for &d in &touched_domains {
+                best[d as usize] = (0.0, 0);
+            }
+            touched_domains.clear();
+            candidates.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+            candidates.truncate(options.per_segment);
+            found.push((top, candidates, terms));
+        }
+
+        let message_top = found.iter().map(|(top, _, _)| *top).fold(0f32, f32::max);
+        let mut hits: Vec<DomainHit> = Vec::new();
+        for (top, candidates, terms) in &found {
+            if *top < options.segment_ratio * message_top {
+                continue;
+            }
+            for &(domain, score, tool) in candidates {
+                match hits.iter_mut().find(|h| h.domain == domain) {
+                    Some(h) if h.score >= score => {}
+                    Some(h) => {
+                        h.score = score;
+                        h.terms = self.matched_words(message, terms, tool);
+                    }
+                    None => hits.push(DomainHit {
+                        domain,
+                        score,
+                        terms: self.matched_words(message, terms, tool),
+                    }),
+                }
+            }
+        }
+        hits.sort_by_key(|h| h.domain);
+        hits
+    }
+
+    /// The best tools for a query over the whole registry, best first (SPEC §5
+    /// `SearchTools`): a tool whose name equals the query (ignoring case and surrounding
+    /// space) first, then by score, ties by registry order. At most `limit`.
+    pub fn search_tools(&self, query: &str, limit: usize) -> Vec<ToolMatch> {
+        let terms = self.query_terms(query, 0);
+        let mut scores = vec![0f32; self.tool_domain.len()];
+        let mut touched = Vec::new();
+        self.accumulate(&terms, &mut scores, &mut touched);
+        touched.sort_by(|&a, &b| scores[b as usize].total_cmp(&scores[a as usize]).then(a.cmp(&b)));
+        let exact = self.names.get(&query.trim().to_lowercase()).copied();
+        let top = touched.first().map_or(0.0, |&t| scores[t as usize]);
+        let ranked = exact
+            .into_iter()
+            .chain(touched.into_iter().filter(|&t| Some(t) != exact))
+            .take(limit);
+        ranked
+            .map(|tool| {
+                let d = self.tool_domain[tool as usize];
+                let mut terms_hit = self.matched_words(query, &terms, tool);
+                let score = if Some(tool) == exact {
+                    if terms_hit.is_empty() {
+                        terms_hit.push(query.trim().to_lowercase());
+                    }
+                    scores[tool as usize].max(top)
+                } else {
+                    scores[tool as usize]
+                };
+                ToolMatch {
+                    domain: d as DomainId,
+                    tool: (tool - self.domain_start[d as usize]) as usize,
+                    score,
+                    terms: terms_hit,
+                }
+            })
+            .collect()
+    }
+
+    /// For each domain, up to `limit` words that best separate its tools from the rest of
+    /// the registry and that none of its keywords already covers, best first: terms ranked
+    /// by the share of the domain's tools that hold them times their IDF outside it (SPEC §8
+    /// `keywords suggest`).
+    pub fn suggest_keywords(&self, registry: &Registry, limit: usize) -> Vec<Vec<(String, f32)>> {
+        let n = self.tool_domain.len() as f32;
+        registry
+            .domains()
+            .iter()
+            .enumerate()
+            .map(|(d, domain)| {
+                let tools = self.domain_start[d]..self.domain_start[d + 1];
+                let size = tools.len() as f32;
+                if size == 0.0 {
+                    return Vec::new();
+                }
+                let covered: Vec<String> = domain
+                    .keywords
+                    .iter()
+                    .flat_map(|k| self.analyzer.stems(k))
+                    .collect();
+                let mut ranked: Vec<(String, f32)> = (0..self.term_words.len() as u32)
+                    .filter_map(|term| {
+                        let (posted, _) = self.postings(term);
+                        let inside = posted.iter().filter(|t| tools.contains(*t)).count() as f32;
+                        if inside < 2f32.min(size) {
+                            return None;
+                        }
+                        let outside = self.df[term as usize] as f32 - inside;
+                        let idf = ((n - size + 1.0) / (outside + 1.0)).ln();
+                        let word = &self.term_words[term as usize];
+                        let stem = self.analyzer.stem(word);
+                        (idf > 0.0 && !covered.iter().any(|c| c == stem.as_ref()))
+                            .then(|| (word.clone(), inside / size * idf))
+                    })
+                    .collect();
+                ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+                ranked.truncate(limit);
+                ranked
+            })
+            .collect()
+    }
+}
