@@ -705,7 +705,6 @@ async fn route(
             message,
             conversation_id: conversation.unwrap_or_default(),
             dry_run,
-            ..proto::RouteRequest::default()
         })
         .await?
         .into_inner();

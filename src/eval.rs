@@ -252,8 +252,7 @@ mod tests {
                 ("a.json", r#"{"name":"a","keywords":["alpha"],"tools":[{"name":"a1","description":"first"},{"name":"a2","description":"second"}]}"#),
                 ("b.json", r#"{"name":"b","keywords":["beta"],"tools":[{"name":"b1","description":"third"}]}"#),
                 ("c.json", r#"{"name":"c","core":true,"tools":[{"name":"c1","description":"core"}]}"#),
-            ]
-            .into_iter(),
+            ],
         )
         .unwrap();
         let matcher = Matcher::new(registry.keywords(), MatchMode::Word).unwrap();

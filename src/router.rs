@@ -1065,7 +1065,8 @@ mod tests {
             domains: &[
                 ("system", Core, &[]),
                 ("lights", Search, &["dim", "hallway"]),
-                ("media", Search, &["pause", "film"]),
+                // The terms its best tool (`pause_playback`) matched.
+                ("media", Search, &["pause"]),
             ],
             fallback: false,
             new_hits: &[],
@@ -1077,7 +1078,7 @@ mod tests {
             message: "play the movie, then set the heating to 20 degrees",
             domains: &[
                 ("system", Core, &[]),
-                ("climate", Search, &["heating"]),
+                ("climate", Search, &["set", "heating"]),
                 ("media", Keyword, &["movie"]),
             ],
             fallback: false,

@@ -500,7 +500,15 @@ mod tests {
 
     use super::*;
     use crate::matcher::{MatchMode, Matcher};
-    use crate::router::{Activation, Options, Reason, route};
+    use crate::router::{Activation, Inputs, Options, Reason, route};
+    use crate::search::{SearchIndex, SearchMode};
+
+    /// Keyword routing only: these workloads are keyed for the automaton.
+    fn keywords_only() -> Options {
+        let mut options = Options::default();
+        options.search.mode = SearchMode::Off;
+        options
+    }
 
     fn eval_dir() -> Option<PathBuf> {
         let dir = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/eval"));
@@ -541,10 +549,16 @@ mod tests {
             assert_eq!(w.registry.domains().len(), size / 10);
             assert_eq!(keyword_count(&w.registry), 4 * size / 10);
             let matcher = Matcher::new(w.registry.keywords(), MatchMode::Word).unwrap();
+            let index = SearchIndex::new(&w.registry);
+            let inputs = Inputs {
+                registry: &w.registry,
+                matcher: &matcher,
+                index: &index,
+            };
             let activation = Activation::new(&w.registry, &w.settings);
             assert_eq!(activation.active().count(), size / 10, "all active");
             for m in &w.messages {
-                let d = route(&w.registry, &matcher, &activation, None, m, &Options::default());
+                let d = route(inputs, &activation, None, m, &keywords_only());
                 assert!(!d.fallback, "{m:?}");
                 let got: Vec<(usize, Reason)> = d.domains.iter().map(|i| (i.domain, i.reason)).collect();
                 assert_eq!(got, vec![(0, Reason::Keyword), (1, Reason::Keyword)], "{m:?}");
@@ -565,11 +579,17 @@ mod tests {
         let w = demo();
         assert!(w.messages.len() >= 40);
         let matcher = Matcher::new(w.registry.keywords(), MatchMode::Word).unwrap();
+        let index = SearchIndex::new(&w.registry);
+        let inputs = Inputs {
+            registry: &w.registry,
+            matcher: &matcher,
+            index: &index,
+        };
         let activation = Activation::new(&w.registry, &w.settings);
         assert_eq!(activation.active().count(), w.registry.domains().len());
         let (mut none, mut one, mut several) = (0, 0, 0);
         for m in &w.messages {
-            let d = route(&w.registry, &matcher, &activation, None, m, &Options::default());
+            let d = route(inputs, &activation, None, m, &keywords_only());
             match d.domains.iter().filter(|i| i.reason == Reason::Keyword).count() {
                 0 => none += 1,
                 1 => one += 1,
@@ -655,9 +675,27 @@ mod tests {
         assert_eq!(stb.messages.len(), 765);
         assert!(stb.registry.domains().iter().all(|d| valid_domain_name(&d.name)));
         assert!(
-            stb.registry.domains()[0].tools[0].name.contains("::"),
-            "names kept as given"
+            stb.registry
+                .domains()
+                .iter()
+                .flat_map(|d| &d.tools)
+                .all(|t| crate::registry::manifest::valid_tool_name(&t.name)
+                    && !t.description.trim().is_empty()),
+            "names and descriptions are manifest-valid"
         );
+        assert_eq!(stb.labelled.len(), 765);
+        assert_eq!(seal.labelled.len(), 2054);
+        for w in [&seal, &stb] {
+            for l in &w.labelled {
+                assert!(
+                    !l.domains.is_empty() && !l.split.is_empty() && !l.id.is_empty(),
+                    "{l:?}"
+                );
+                for d in &l.domains {
+                    assert!(w.registry.find(d).is_some(), "label {d} is a domain");
+                }
+            }
+        }
         for w in [&seal, &stb] {
             for d in w.registry.domains() {
                 assert_eq!(d.keywords[0], d.display_name.to_lowercase(), "category first");
@@ -666,10 +704,16 @@ mod tests {
                 assert_eq!(distinct.len(), d.keywords.len());
             }
             let matcher = Matcher::new(w.registry.keywords(), MatchMode::Word).unwrap();
+            let index = SearchIndex::new(&w.registry);
+            let inputs = Inputs {
+                registry: &w.registry,
+                matcher: &matcher,
+                index: &index,
+            };
             let activation = Activation::new(&w.registry, &w.settings);
             assert_eq!(activation.active().count(), w.registry.domains().len());
             for m in w.messages.iter().take(200) {
-                route(&w.registry, &matcher, &activation, None, m, &Options::default());
+                route(inputs, &activation, None, m, &Options::default());
             }
         }
 

@@ -107,23 +107,39 @@ pub const DEFAULT_PER_SEGMENT: usize = 6;
 /// Default [`SearchOptions::segment_ratio`].
 pub const DEFAULT_SEGMENT_RATIO: f32 = 0.2;
 
-/// BM25F's term-frequency saturation.
-const K1: f32 = 1.2;
-
 /// One document field: its weight and how strongly its length is normalised.
-#[derive(Debug, Clone, Copy)]
-struct Field {
-    weight: f32,
-    b: f32,
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Field {
+    /// How much a term in this field counts against one in the description.
+    pub weight: f32,
+    /// Length normalisation (0: none, 1: full).
+    pub b: f32,
 }
 
-/// Name, description, schema, domain text.
-const FIELDS: [Field; 4] = [
-    Field { weight: 2.0, b: 0.75 },
-    Field { weight: 1.0, b: 0.75 },
-    Field { weight: 0.5, b: 0.75 },
-    Field { weight: 1.0, b: 0.75 },
-];
+/// The BM25F parameters of an index.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Bm25 {
+    /// Term-frequency saturation.
+    pub k1: f32,
+    /// Name, description, schema, domain text.
+    pub fields: [Field; 4],
+}
+
+/// Chosen on Seal-Tools' `dev` split (BENCHMARKS.md): a strong saturation (`k1` 2) and full
+/// length normalisation, names counting twice a description word, schemas half.
+impl Default for Bm25 {
+    fn default() -> Self {
+        Bm25 {
+            k1: 2.0,
+            fields: [
+                Field { weight: 2.0, b: 1.0 },
+                Field { weight: 1.0, b: 1.0 },
+                Field { weight: 0.5, b: 1.0 },
+                Field { weight: 1.0, b: 1.0 },
+            ],
+        }
+    }
+}
 
 /// A domain the search index chose for a message.
 #[derive(Debug, Clone, PartialEq)]
@@ -174,6 +190,14 @@ pub struct SearchIndex {
     /// Lowercased tool name -> global tool, for exact-name lookups.
     names: HashMap<String, u32, foldhash::fast::FixedState>,
 }
+
+/// One tool's analysed document: each (term, field) occurrence, sorted, and its length in
+/// terms per field.
+type Document = (Vec<(TermId, usize)>, [f32; 4]);
+
+/// One segment's scoring: its best domain score, its candidate hits (domain, score, best
+/// tool), and its terms with the words that stand for them.
+type Scored = (f32, Vec<(DomainId, f32, u32)>, Vec<(TermId, Range<usize>)>);
 
 /// The text of one tool's four fields.
 fn tool_fields(registry: &Registry, d: DomainId, t: usize) -> [String; 4] {
@@ -246,6 +270,13 @@ impl SearchIndex {
     /// Builds the index over every tool of `registry` (active or not: activation changes
     /// per settings snapshot, the index per registry).
     pub fn new(registry: &Registry) -> SearchIndex {
+        SearchIndex::with_params(registry, &Bm25::default())
+    }
+
+    /// Builds the index with other BM25F parameters.
+    pub fn with_params(registry: &Registry, params: &Bm25) -> SearchIndex {
+        let fields = &params.fields;
+        let k1 = params.k1;
         let analyzer = Analyzer::new();
         let mut terms: HashMap<String, TermId, _> = HashMap::default();
         let mut surface: HashMap<String, Option<TermId>, _> = HashMap::default();
@@ -254,7 +285,7 @@ impl SearchIndex {
         let mut domain_start = Vec::with_capacity(registry.domains().len() + 1);
         let mut names = HashMap::default();
         // Per tool: (term, field) counts, and per field the tool's length in terms.
-        let mut docs: Vec<(Vec<(TermId, usize)>, [f32; 4])> = Vec::with_capacity(registry.tool_count());
+        let mut docs: Vec<Document> = Vec::with_capacity(registry.tool_count());
 
         for (d, domain) in registry.domains().iter().enumerate() {
             domain_start.push(tool_domain.len() as u32);
@@ -302,7 +333,7 @@ impl SearchIndex {
         for (tool, (occurrences, lengths)) in docs.iter().enumerate() {
             let norm: [f32; 4] = std::array::from_fn(|f| {
                 let rel = if avg[f] > 0.0 { lengths[f] / avg[f] } else { 0.0 };
-                1.0 - FIELDS[f].b + FIELDS[f].b * rel
+                1.0 - fields[f].b + fields[f].b * rel
             });
             let mut i = 0;
             while i < occurrences.len() {
@@ -310,7 +341,7 @@ impl SearchIndex {
                 let mut tf = 0.0;
                 while i < occurrences.len() && occurrences[i].0 == term {
                     let f = occurrences[i].1;
-                    tf += FIELDS[f].weight / norm[f];
+                    tf += fields[f].weight / norm[f];
                     i += 1;
                 }
                 postings[term as usize].push((tool as u32, tf));
@@ -327,7 +358,7 @@ impl SearchIndex {
             df.push(list.len() as u32);
             for &(tool, tf) in list {
                 post_tool.push(tool);
-                post_weight.push(idf * tf * (K1 + 1.0) / (tf + K1));
+                post_weight.push(idf * tf * (k1 + 1.0) / (tf + k1));
             }
         }
         post_start.push(post_tool.len() as u32);
@@ -425,7 +456,7 @@ impl SearchIndex {
         let mut best: Vec<(f32, u32)> = vec![(0.0, 0); domains];
         let mut touched_domains: Vec<u32> = Vec::new();
         // Per segment that found anything: its best score and its candidate hits.
-        let mut found: Vec<(f32, Vec<(DomainId, f32, u32)>, Vec<(TermId, Range<usize>)>)> = Vec::new();
+        let mut found: Vec<Scored> = Vec::new();
 
         for segment in analysis::segments(message) {
             let terms = self.query_terms(&message[segment.clone()], segment.start);

@@ -108,6 +108,7 @@ impl TestApp {
             .route(toolrouter::proto::RouteRequest {
                 message: message.into(),
                 conversation_id: conversation.into(),
+                ..Default::default()
             })
             .await
             .unwrap()

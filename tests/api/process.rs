@@ -160,6 +160,7 @@ async fn a_load_acknowledged_before_sigkill_is_there_after_a_restart() {
         .route(RouteRequest {
             message: "thanks".into(),
             conversation_id: "c1".into(),
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -331,6 +332,7 @@ async fn another_process_flipping_settings_under_load_causes_no_errors() {
                             .route(RouteRequest {
                                 message: "restart the container for the next episode".into(),
                                 conversation_id,
+                                ..Default::default()
                             })
                             .await
                             .unwrap();

@@ -159,6 +159,7 @@ async fn calls_in_flight_during_reloads_see_one_registry_or_the_other_never_a_mi
                     .route(toolrouter::proto::RouteRequest {
                         message: "hello".into(),
                         conversation_id: String::new(),
+                        ..Default::default()
                     })
                     .await
                     .unwrap()

@@ -37,7 +37,9 @@ async fn a_keyword_hit_on_an_activated_domain_routes_core_plus_that_domain() {
         schema["properties"]["group_name"]["enum"],
         serde_json::json!(["qbittorrent"])
     );
-    let domains: Vec<&str> = r.tools[1..].iter().map(|t| t.domain.as_str()).collect();
+    assert_eq!(r.tools[1].name, "search_tools", "the v2 meta-tool follows");
+    assert_eq!(r.tools[1].domain, "");
+    let domains: Vec<&str> = r.tools[2..].iter().map(|t| t.domain.as_str()).collect();
     let system = domains.iter().take_while(|d| **d == "system").count();
     assert!(system > 0 && domains[system..].iter().all(|d| *d == "qbittorrent"));
     assert_ne!(r.registry_version, 0);
@@ -114,6 +116,7 @@ async fn a_message_over_the_limit_is_invalid_and_exactly_the_limit_is_accepted()
         .route(RouteRequest {
             message: "a".repeat(1000),
             conversation_id: String::new(),
+            ..Default::default()
         })
         .await;
     assert!(ok.is_ok(), "{ok:?}");
@@ -122,6 +125,7 @@ async fn a_message_over_the_limit_is_invalid_and_exactly_the_limit_is_accepted()
         .route(RouteRequest {
             message: "a".repeat(1001),
             conversation_id: String::new(),
+            ..Default::default()
         })
         .await
         .unwrap_err();
@@ -144,6 +148,7 @@ async fn a_request_far_over_the_limit_is_refused_before_decoding() {
         .route(RouteRequest {
             message: "a".repeat(100_000),
             conversation_id: String::new(),
+            ..Default::default()
         })
         .await
         .unwrap_err();
@@ -171,6 +176,7 @@ async fn a_bad_conversation_id_is_invalid_and_says_which_limit() {
             .route(RouteRequest {
                 message: "hi".into(),
                 conversation_id: id.clone(),
+                ..Default::default()
             })
             .await
             .unwrap_err();
@@ -181,7 +187,8 @@ async fn a_bad_conversation_id_is_invalid_and_says_which_limit() {
         app.client
             .route(RouteRequest {
                 message: "hi".into(),
-                conversation_id: "x".repeat(256)
+                conversation_id: "x".repeat(256),
+                ..Default::default()
             })
             .await
             .is_ok()

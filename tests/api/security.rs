@@ -17,6 +17,7 @@ fn route_request() -> RouteRequest {
     RouteRequest {
         message: "hello".into(),
         conversation_id: String::new(),
+        ..Default::default()
     }
 }
 
