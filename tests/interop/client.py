@@ -232,9 +232,13 @@ def run_checks(res, pb, stub, db_url, addr):
         assert "system" not in enum, f"group_name enum lists core 'system': {enum}"
 
     def route_tools_domains():
-        others = {t.domain for t in route.tools[1:]}
+        second = route.tools[1]
+        assert (second.name, second.domain) == ("search_tools", ""), (
+            f"second tool: want the search_tools meta-tool, got {second.name!r}"
+        )
+        others = {t.domain for t in route.tools[2:]}
         assert others == {"system", "qbittorrent"}, (
-            f"tools after the meta-tool: want domains {{system, qbittorrent}}, got {others}"
+            f"tools after the meta-tools: want domains {{system, qbittorrent}}, got {others}"
         )
         for t in route.tools:
             assert t.tier in ("read", "modify", "destructive"), f"{t.name}: tier {t.tier!r}"
@@ -248,7 +252,8 @@ def run_checks(res, pb, stub, db_url, addr):
         res.check("route: fallback is false", route_not_fallback)
         res.check("route: first tool is load_tool_group (enum has active groups only)",
                   route_first_tool)
-        res.check("route: other tools come from system and qbittorrent", route_tools_domains)
+        res.check("route: search_tools second, other tools from system and qbittorrent",
+                  route_tools_domains)
         res.check("route: registry_version is nonzero", route_version)
     else:
         res.fail("route: response checks", "not run: Route failed")
@@ -408,6 +413,26 @@ def run_checks(res, pb, stub, db_url, addr):
         assert r.domains == len(before.groups), f"{r.domains} domains, {len(before.groups)} groups"
 
     res.check("reload_registry: same manifests, same version and domain count", reload)
+
+    # --- SearchTools (v2) ----------------------------------------------------------------
+    def search():
+        r = stub.SearchTools(
+            pb.SearchToolsRequest(query="pause the seeding torrents", conversation_id="py-s",
+                                  load=True),
+            timeout=RPC_TIMEOUT_S,
+        )
+        assert len(r.hits) > 0, "no hits"
+        top = r.hits[0]
+        assert top.tool.domain == "qbittorrent" and top.active, f"top hit: {top}"
+        assert top.score > 0 and len(top.matched_terms) > 0, f"unexplained top hit: {top}"
+        assert list(r.loaded_groups)[:1] == ["qbittorrent"], f"loaded: {list(r.loaded_groups)}"
+        assert "qbittorrent" in r.text, f"text: {r.text!r}"
+        again = stub.Route(pb.RouteRequest(message="thanks", conversation_id="py-s"),
+                           timeout=RPC_TIMEOUT_S)
+        loaded = [d.domain for d in again.domains if d.reason == reasons.Value("REASON_LOADED")]
+        assert "qbittorrent" in loaded, f"route after the search load: {list(again.domains)}"
+
+    res.check("search_tools: ranks qbittorrent first, loads it into the conversation", search)
 
 
 # ---------------------------------------------------------------- main
