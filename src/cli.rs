@@ -771,7 +771,11 @@ async fn reload(client: &ClientArgs) -> Result<(), Failure> {
 }
 
 fn check(dirs: &[PathBuf]) -> Result<(), Failure> {
-    let registry = Registry::load_dirs(dirs)?;
+    let (registry, warnings) = Registry::check_dirs(dirs);
+    for w in &warnings {
+        eprintln!("warning: {w}");
+    }
+    let registry = registry?;
     let keywords = registry.keywords().count();
     // About four characters per token, over what a provider is sent for each tool.
     let chars: usize = registry
