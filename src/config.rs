@@ -28,6 +28,7 @@ pub enum LogFormat {
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
     /// Address to listen on; loopback by default so nothing outside the host can call it.
+    #[serde(deserialize_with = "listen_addr")]
     pub listen: SocketAddr,
     /// SQLite URL of the settings and conversations database (created and migrated on start).
     pub database: String,
@@ -93,6 +94,29 @@ impl Default for Config {
             tls_key: None,
         }
     }
+}
+
+fn listen_addr<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<SocketAddr, D::Error> {
+    let s = String::deserialize(d)?;
+    parse_listen(&s).map_err(serde::de::Error::custom)
+}
+
+/// Parses a listening address: `ip:port`, or `host:port` with the host name resolved (the
+/// first address it resolves to, e.g. `localhost:50061`).
+///
+/// # Errors
+/// A text without a port, or a host name that does not resolve.
+pub fn parse_listen(s: &str) -> std::result::Result<SocketAddr, String> {
+    if let Ok(addr) = s.parse() {
+        return Ok(addr);
+    }
+    use std::net::ToSocketAddrs as _;
+    let mut addrs = s
+        .to_socket_addrs()
+        .map_err(|e| format!("{s:?} is not a listening address (host:port): {e}"))?;
+    addrs
+        .next()
+        .ok_or_else(|| format!("{s:?} resolves to no address"))
 }
 
 fn duration<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Duration, D::Error> {

@@ -43,6 +43,7 @@ pub use error::{Error, Result};
 #[allow(missing_docs, clippy::all, clippy::pedantic)]
 pub mod proto {
     tonic::include_proto!("toolrouter.v1");
+    include!(concat!(env!("OUT_DIR"), "/toolrouter.v1.serde.rs"));
 
     /// The encoded file descriptor set, for server reflection.
     pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("toolrouter_descriptor");

@@ -238,6 +238,27 @@ impl ToolRouter for ToolRouterService {
             tools: u32::try_from(r.tools).unwrap_or(u32::MAX),
         }))
     }
+
+    async fn describe_server(
+        &self,
+        _request: Request<proto::DescribeServerRequest>,
+    ) -> Result<Response<proto::DescribeServerResponse>, Status> {
+        let d = self.state.describe();
+        Ok(Response::new(proto::DescribeServerResponse {
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            registry_version: d.registry_version,
+            domains: u32::try_from(d.domains).unwrap_or(u32::MAX),
+            tools: u32::try_from(d.tools).unwrap_or(u32::MAX),
+            database: d.database,
+            database_path: d
+                .database_path
+                .map(|p| p.display().to_string())
+                .unwrap_or_default(),
+            settings_age_seconds: d.settings_age.as_secs_f64(),
+            uptime_seconds: d.uptime.as_secs_f64(),
+            config_toml: d.config_toml,
+        }))
+    }
 }
 
 #[cfg(test)]

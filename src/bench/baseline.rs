@@ -104,4 +104,11 @@ impl ToolRouter for BaselineService {
     ) -> Result<Response<proto::ReloadRegistryResponse>, Status> {
         unimplemented()
     }
+
+    async fn describe_server(
+        &self,
+        _: Request<proto::DescribeServerRequest>,
+    ) -> Result<Response<proto::DescribeServerResponse>, Status> {
+        unimplemented()
+    }
 }
