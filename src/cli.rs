@@ -311,6 +311,9 @@ pub struct ServeArgs {
     /// PEM private key for `--tls-cert`.
     #[arg(long, env = "TOOLROUTER_TLS_KEY")]
     pub tls_key: Option<PathBuf>,
+    /// Serve Prometheus metrics at `http://ADDR/metrics` (`host:port`) [default: off].
+    #[arg(long, env = "TOOLROUTER_METRICS_LISTEN", value_parser = crate::config::parse_listen)]
+    pub metrics_listen: Option<std::net::SocketAddr>,
     /// Print the effective configuration as TOML and exit.
     #[arg(long)]
     pub print_config: bool,
@@ -348,7 +351,7 @@ impl ServeArgs {
         if !self.manifests.is_empty() {
             c.manifests = self.manifests.clone();
         }
-        overlay_some!(auth_token, tls_cert, tls_key);
+        overlay_some!(auth_token, tls_cert, tls_key, metrics_listen);
         c.allow_unauthenticated |= self.allow_unauthenticated;
         c.validate()?;
         Ok(c)
@@ -503,8 +506,11 @@ pub async fn run(cli: Cli) -> ExitCode {
 fn init_tracing(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    use std::io::IsTerminal as _;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        // Colour codes only where a person reads them, never into a file or a pipe.
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     // `try_init` fails only when a subscriber is already set (tests); keeping it is fine.
     let _ = match format {

@@ -69,6 +69,9 @@ pub struct Config {
     pub tls_cert: Option<PathBuf>,
     /// PEM private key for TLS (with `tls_cert`).
     pub tls_key: Option<PathBuf>,
+    /// Where to serve Prometheus metrics (`GET /metrics`); off when unset.
+    #[serde(default, deserialize_with = "optional_listen_addr")]
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 impl Default for Config {
@@ -92,8 +95,15 @@ impl Default for Config {
             allow_unauthenticated: false,
             tls_cert: None,
             tls_key: None,
+            metrics_listen: None,
         }
     }
+}
+
+fn optional_listen_addr<'de, D: Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<Option<SocketAddr>, D::Error> {
+    listen_addr(d).map(Some)
 }
 
 fn listen_addr<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<SocketAddr, D::Error> {
@@ -158,6 +168,9 @@ impl Config {
             self.max_concurrent_requests,
             self.allow_unauthenticated,
         );
+        if let Some(addr) = self.metrics_listen {
+            out.push_str(&format!("\nmetrics_listen = \"{addr}\""));
+        }
         for (key, value) in [("tls_cert", &self.tls_cert), ("tls_key", &self.tls_key)] {
             if let Some(p) = value {
                 out.push_str(&format!("\n{key} = {}", path(p)));

@@ -15,6 +15,7 @@
 //! - [`state`]: the shared state tying them together for one request.
 //! - [`service`]: the tonic `ToolRouter` service: proto to domain types and back.
 //! - [`guard`]: auth, load shedding and the per-request timeout, in front of the services.
+//! - [`telemetry`]: one log line per call and the Prometheus metrics (`--metrics-listen`).
 //! - [`server`]: `serve(listener, state, config, shutdown)` with health, reflection, TLS and
 //!   the drain timeout.
 //! - [`config`] and [`cli`]: configuration layers and the command line; [`client`]: how
@@ -36,6 +37,7 @@ pub mod server;
 pub mod service;
 pub mod settings;
 pub mod state;
+pub mod telemetry;
 
 pub use error::{Error, Result};
 

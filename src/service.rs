@@ -8,6 +8,7 @@ use crate::proto::{self, tool_router_server::ToolRouter};
 use crate::registry::{Domain, DomainId, Registry, Tool};
 use crate::router::Reason;
 use crate::state::{State, View};
+use crate::telemetry::{CallSummary, conversation_hash};
 
 /// Longest accepted `conversation_id`, in bytes.
 pub const MAX_CONVERSATION_ID_BYTES: usize = 256;
@@ -108,6 +109,17 @@ fn reason(r: Reason) -> proto::Reason {
     }
 }
 
+/// The reason's name in logs and metric labels.
+fn reason_label(r: Reason) -> &'static str {
+    match r {
+        Reason::Core => "core",
+        Reason::Keyword => "keyword",
+        Reason::Loaded => "loaded",
+        Reason::Sticky => "sticky",
+        Reason::Fallback => "fallback",
+    }
+}
+
 fn domain_names(registry: &Registry, ids: impl Iterator<Item = DomainId>) -> Vec<String> {
     ids.map(|d| registry.domain(d).name.clone()).collect()
 }
@@ -129,13 +141,25 @@ impl ToolRouter for ToolRouterService {
             "routed"
         );
         let registry = &view.registry;
+        // For the call log and the metrics (the telemetry layer reads it off the response).
+        let summary = CallSummary {
+            conversation: conv.map(conversation_hash),
+            tools: Some(decision.tool_count(registry, &view.activation)),
+            domains: decision
+                .domains
+                .iter()
+                .map(|inc| (registry.domain(inc.domain).name.clone(), reason_label(inc.reason)))
+                .collect(),
+            fallback: Some(decision.fallback),
+            group: None,
+        };
         let mut tools = Vec::with_capacity(decision.tool_count(registry, &view.activation));
         tools.extend(
             decision
                 .tools(registry, &view.activation)
                 .map(|(d, t)| tool(d, t)),
         );
-        Ok(Response::new(proto::RouteResponse {
+        let mut response = Response::new(proto::RouteResponse {
             tools,
             domains: decision
                 .domains
@@ -152,7 +176,9 @@ impl ToolRouter for ToolRouterService {
                 .collect(),
             fallback: decision.fallback,
             registry_version: registry.version(),
-        }))
+        });
+        response.extensions_mut().insert(summary);
+        Ok(response)
     }
 
     async fn load_tool_group(
@@ -165,13 +191,20 @@ impl ToolRouter for ToolRouterService {
         let id = conversation_id(id)?.unwrap_or(id);
         let (view, load) = self.state.load_group(id, group_name).await?;
         let d = view.registry.domain(load.domain);
-        tracing::info!(group = %d.name, already_loaded = load.already_loaded, "group loaded");
-        Ok(Response::new(proto::LoadToolGroupResponse {
+        tracing::debug!(group = %d.name, already_loaded = load.already_loaded, "group loaded");
+        let mut response = Response::new(proto::LoadToolGroupResponse {
             group: Some(group(&view, load.domain)),
             tools: domain_tools(d).collect(),
             already_loaded: load.already_loaded,
             text: crate::router::load_text(&view.registry, load.domain),
-        }))
+        });
+        response.extensions_mut().insert(CallSummary {
+            conversation: Some(conversation_hash(id)),
+            tools: Some(d.tools.len()),
+            group: Some(d.name.clone()),
+            ..CallSummary::default()
+        });
+        Ok(response)
     }
 
     async fn list_groups(
@@ -224,7 +257,12 @@ impl ToolRouter for ToolRouterService {
         let id = required(&req.conversation_id, "conversation_id")?;
         let id = conversation_id(id)?.unwrap_or(id);
         self.state.reset_conversation(id).await?;
-        Ok(Response::new(proto::ResetConversationResponse {}))
+        let mut response = Response::new(proto::ResetConversationResponse {});
+        response.extensions_mut().insert(CallSummary {
+            conversation: Some(conversation_hash(id)),
+            ..CallSummary::default()
+        });
+        Ok(response)
     }
 
     async fn reload_registry(

@@ -136,6 +136,7 @@ impl SettingsCache {
             }
             Err(e) => {
                 let cause: Arc<str> = e.to_string().into();
+                crate::telemetry::DATABASE_ERRORS.inc();
                 if previous.failure.is_none() {
                     tracing::error!(
                         error = %cause,

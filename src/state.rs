@@ -149,6 +149,11 @@ impl State {
         }
     }
 
+    /// Conversations held in memory now.
+    pub async fn conversations_cached(&self) -> u64 {
+        self.inner.conversations.cached().await
+    }
+
     /// The largest accepted message, in bytes.
     pub fn max_message_bytes(&self) -> usize {
         self.inner.max_message_bytes
