@@ -13,6 +13,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .file_descriptor_set_path(out_dir.join("toolrouter_descriptor.bin"))
         .compile_protos(&["proto/toolrouter/v1/router.proto"], &["proto"])?;
 
+    // serde impls following protobuf's canonical JSON mapping (lowerCamelCase names, 64-bit
+    // integers as strings, enums by name), for the CLI's `--json`.
+    let descriptors = std::fs::read(out_dir.join("toolrouter_descriptor.bin"))?;
+    pbjson_build::Builder::new()
+        .register_descriptors(&descriptors)?
+        .build(&[".toolrouter"])?;
+
     // tonic's own rerun lines cover the proto files; sqlx::migrate!() embeds migrations/.
     println!("cargo:rerun-if-changed=proto");
     println!("cargo:rerun-if-changed=migrations");

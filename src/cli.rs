@@ -103,8 +103,25 @@ pub enum Command {
         #[command(flatten)]
         client: ClientArgs,
     },
-    /// Ask the daemon to reload its manifests (as SIGHUP does).
+    /// Forget one conversation's loaded groups and sticky hits.
+    Reset {
+        /// The conversation to forget.
+        #[arg(long)]
+        conversation: String,
+        /// Connection and output options.
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Ask the daemon to reload its manifests (as SIGHUP does); exits 2 when it refuses
+    /// invalid manifests (the old registry keeps serving).
     Reload {
+        /// Connection and output options.
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Describe the running daemon: version, registry, database, settings age, uptime and
+    /// its effective configuration (secrets left out).
+    Describe {
         /// Connection and output options.
         #[command(flatten)]
         client: ClientArgs,
@@ -115,11 +132,16 @@ pub enum Command {
         #[command(flatten)]
         client: ClientArgs,
     },
-    /// Validate manifest folders offline; exits 2 on any error.
+    /// Validate manifest folders offline; exits 2 on any error. Warnings (a tool without a
+    /// tier, a description over 1,024 characters, a folder without manifests, a skipped
+    /// file) are printed and do not fail.
     Check {
         /// Folders of `*.json` / `*.toml` manifests.
         #[arg(required = true)]
         dirs: Vec<PathBuf>,
+        /// Print the summary, errors and warnings as one JSON object.
+        #[arg(long)]
+        json: bool,
     },
     /// Benchmark tools: the gRPC load generator and the transport-floor server.
     Bench {
@@ -128,18 +150,29 @@ pub enum Command {
         command: BenchCommand,
     },
     /// Edit the settings table, then ask a running daemon to invalidate (best effort).
+    ///
+    /// Without `--database`, the running daemon is asked which database it uses (else
+    /// `sqlite://toolrouter.db`). A database other than the daemon's is refused without
+    /// `--force`, and one that does not exist without `--create` (exit 2).
     Settings {
         /// What to do with the table.
         #[command(subcommand)]
         action: SettingsAction,
-        /// The database the daemon uses.
-        #[arg(
-            long,
-            global = true,
-            env = "TOOLROUTER_DATABASE",
-            default_value = "sqlite://toolrouter.db"
-        )]
-        database: String,
+        /// The database to edit [default: the running daemon's, else sqlite://toolrouter.db].
+        #[arg(long, global = true, env = "TOOLROUTER_DATABASE")]
+        database: Option<String>,
+        /// Write even though the daemon at `--addr` uses another database.
+        #[arg(long, global = true)]
+        force: bool,
+        /// Create the database file when it does not exist.
+        #[arg(long, global = true)]
+        create: bool,
+        /// Print `list` as JSON.
+        #[arg(long, global = true)]
+        json: bool,
+        /// How long to wait for the daemon, e.g. `3s` [default: 3s].
+        #[arg(long, global = true, env = "TOOLROUTER_TIMEOUT", value_parser = humantime::parse_duration)]
+        timeout: Option<Duration>,
         /// The daemon to notify.
         #[arg(long, global = true, env = "TOOLROUTER_ADDR", default_value = DEFAULT_ADDR)]
         addr: String,
@@ -158,7 +191,8 @@ pub struct ClientArgs {
     /// How to reach the daemon.
     #[command(flatten)]
     pub conn: Connection,
-    /// Print JSON instead of a table.
+    /// Print the response in protobuf's canonical JSON mapping (as grpcurl does: lowerCamelCase
+    /// names, 64-bit integers as strings, enums by name, default values left out).
     #[arg(long)]
     pub json: bool,
 }
@@ -284,8 +318,8 @@ pub struct ServeArgs {
     /// A TOML file with any of the keys below (snake_case).
     #[arg(long, env = "TOOLROUTER_CONFIG")]
     pub config: Option<PathBuf>,
-    /// Address to listen on [default: 127.0.0.1:50051].
-    #[arg(long, env = "TOOLROUTER_LISTEN")]
+    /// Address to listen on, `host:port` (a host name is resolved) [default: 127.0.0.1:50051].
+    #[arg(long, env = "TOOLROUTER_LISTEN", value_parser = crate::config::parse_listen)]
     pub listen: Option<std::net::SocketAddr>,
     /// SQLite database URL [default: sqlite://toolrouter.db].
     #[arg(long, env = "TOOLROUTER_DATABASE")]
@@ -357,6 +391,9 @@ pub struct ServeArgs {
     /// PEM private key for `--tls-cert`.
     #[arg(long, env = "TOOLROUTER_TLS_KEY")]
     pub tls_key: Option<PathBuf>,
+    /// Serve Prometheus metrics at `http://ADDR/metrics` (`host:port`) [default: off].
+    #[arg(long, env = "TOOLROUTER_METRICS_LISTEN", value_parser = crate::config::parse_listen)]
+    pub metrics_listen: Option<std::net::SocketAddr>,
     /// Print the effective configuration as TOML and exit.
     #[arg(long)]
     pub print_config: bool,
@@ -399,7 +436,7 @@ impl ServeArgs {
         if !self.manifests.is_empty() {
             c.manifests = self.manifests.clone();
         }
-        overlay_some!(auth_token, tls_cert, tls_key);
+        overlay_some!(auth_token, tls_cert, tls_key, metrics_listen);
         c.allow_unauthenticated |= self.allow_unauthenticated;
         c.validate()?;
         Ok(c)
@@ -450,6 +487,45 @@ impl From<tonic::Status> for Failure {
     }
 }
 
+/// `health`'s timeout unless `--timeout` says: a probe answers at once or not at all.
+const HEALTH_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long `settings` waits for the daemon (to ask its database, then to invalidate).
+const SETTINGS_NOTIFY_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Awaits one call within the connection's timeout. tonic's own deadline answers
+/// `CANCELLED`/`DEADLINE_EXCEEDED`; the outer timeout is the guarantee that a daemon that
+/// accepts and never answers cannot hang the command. Both read the same.
+async fn call<T>(
+    conn: &Connection,
+    fut: impl std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+) -> Result<T, Failure> {
+    let timeout = conn.timeout();
+    let late = || {
+        Failure::runtime(format!(
+            "no answer from {} within {}",
+            conn.addr,
+            humantime::format_duration(timeout)
+        ))
+    };
+    match tokio::time::timeout(timeout, fut).await {
+        Ok(Ok(r)) => Ok(r.into_inner()),
+        Ok(Err(s))
+            if s.code() == tonic::Code::DeadlineExceeded
+                || (s.code() == tonic::Code::Cancelled && s.message().contains("Timeout expired")) =>
+        {
+            Err(late())
+        }
+        Ok(Err(s)) => Err(s.into()),
+        Err(_) => Err(late()),
+    }
+}
+
+/// Prints a response in protobuf's canonical JSON mapping (serde impls generated by pbjson).
+fn print_proto<T: serde::Serialize>(message: &T) {
+    // The generated impls serialise every message (no maps with non-string keys).
+    out!("{}", serde_json::to_string_pretty(message).unwrap_or_default());
+}
+
 /// Runs the parsed command line and returns the process exit code.
 pub async fn run(cli: Cli) -> ExitCode {
     let result = match cli.command {
@@ -479,12 +555,22 @@ pub async fn run(cli: Cli) -> ExitCode {
         } => load(&client, group, conversation).await,
         Command::Tools { client } => tools(&client).await,
         Command::Invalidate { client } => invalidate(&client).await,
+        Command::Reset { conversation, client } => reset(&client, conversation).await,
         Command::Reload { client } => reload(&client).await,
-        Command::Health { client } => health(&client).await,
-        Command::Check { dirs } => check(&dirs),
+        Command::Describe { client } => describe(&client).await,
+        Command::Health { mut client } => {
+            // A health probe answers at once or not at all.
+            client.conn.timeout.get_or_insert(HEALTH_TIMEOUT);
+            health(&client).await
+        }
+        Command::Check { dirs, json } => check(&dirs, json),
         Command::Settings {
             action,
             database,
+            force,
+            create,
+            json,
+            timeout,
             addr,
             auth_token,
             tls_ca,
@@ -493,8 +579,15 @@ pub async fn run(cli: Cli) -> ExitCode {
                 addr,
                 auth_token,
                 tls_ca,
+                timeout: Some(timeout.unwrap_or(SETTINGS_NOTIFY_TIMEOUT)),
             };
-            settings(action, &database, &conn).await
+            let opts = SettingsOptions {
+                database,
+                force,
+                create,
+                json,
+            };
+            settings(action, &opts, &conn).await
         }
         Command::Bench { command } => bench(command).await,
     };
@@ -510,8 +603,11 @@ pub async fn run(cli: Cli) -> ExitCode {
 fn init_tracing(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    use std::io::IsTerminal as _;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        // Colour codes only where a person reads them, never into a file or a pipe.
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     // `try_init` fails only when a subscriber is already set (tests); keeping it is fine.
     let _ = match format {
@@ -609,14 +705,16 @@ async fn connect(client: &ClientArgs) -> Result<Client, Failure> {
 async fn health(client: &ClientArgs) -> Result<(), Failure> {
     use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
     let mut c = HealthClient::new(client.conn.channel().await?);
-    let r = c
-        .check(HealthCheckRequest {
+    let r = call(
+        &client.conn,
+        c.check(HealthCheckRequest {
             service: String::new(),
-        })
-        .await?
-        .into_inner();
+        }),
+    )
+    .await?;
     let status = r.status().as_str_name();
     if client.json {
+        // HealthCheckResponse's canonical JSON mapping: its one enum field, by name.
         out!("{}", json!({ "status": status }));
     } else {
         out!("{status}");
@@ -670,29 +768,6 @@ fn reason_name(r: i32) -> &'static str {
     }
 }
 
-fn tool_json(t: &proto::Tool) -> Value {
-    json!({
-        "name": t.name,
-        "description": t.description,
-        "input_schema": serde_json::from_str::<Value>(&t.input_schema_json).unwrap_or(Value::Null),
-        "domain": t.domain,
-        "tier": t.tier,
-    })
-}
-
-fn group_json(g: &proto::Group) -> Value {
-    json!({
-        "name": g.name,
-        "display_name": g.display_name,
-        "description": g.description,
-        "tool_count": g.tool_count,
-        "core": g.core,
-        "active": g.active,
-        "settings_keys": g.settings_keys,
-        "keywords": g.keywords,
-    })
-}
-
 async fn route(
     client: &ClientArgs,
     message: String,
@@ -700,27 +775,17 @@ async fn route(
     dry_run: bool,
 ) -> Result<(), Failure> {
     let mut c = connect(client).await?;
-    let r = c
-        .route(proto::RouteRequest {
+    let r = call(
+        &client.conn,
+        c.route(proto::RouteRequest {
             message,
             conversation_id: conversation.unwrap_or_default(),
             dry_run,
-        })
-        .await?
-        .into_inner();
+        }),
+    )
+    .await?;
     if client.json {
-        print_json(&json!({
-            "tools": r.tools.iter().map(tool_json).collect::<Vec<_>>(),
-            "domains": r.domains.iter().map(|d| json!({
-                "domain": d.domain,
-                "reason": reason_name(d.reason),
-                "matched_keywords": d.matched_keywords,
-                "matched_terms": d.matched_terms,
-                "score": d.score,
-            })).collect::<Vec<_>>(),
-            "fallback": r.fallback,
-            "registry_version": r.registry_version,
-        }));
+        print_proto(&r);
         return Ok(());
     }
     let rows: Vec<Vec<String>> = r
@@ -764,13 +829,9 @@ async fn route(
 
 async fn groups(client: &ClientArgs) -> Result<(), Failure> {
     let mut c = connect(client).await?;
-    let r = c.list_groups(proto::ListGroupsRequest {}).await?.into_inner();
+    let r = call(&client.conn, c.list_groups(proto::ListGroupsRequest {})).await?;
     if client.json {
-        print_json(&json!({
-            "groups": r.groups.iter().map(group_json).collect::<Vec<_>>(),
-            "prompt_section": r.prompt_section,
-            "registry_version": r.registry_version,
-        }));
+        print_proto(&r);
         return Ok(());
     }
     let yes = |b: bool| if b { "yes" } else { "no" }.to_string();
@@ -797,20 +858,16 @@ async fn groups(client: &ClientArgs) -> Result<(), Failure> {
 
 async fn load(client: &ClientArgs, group: String, conversation: String) -> Result<(), Failure> {
     let mut c = connect(client).await?;
-    let r = c
-        .load_tool_group(proto::LoadToolGroupRequest {
+    let r = call(
+        &client.conn,
+        c.load_tool_group(proto::LoadToolGroupRequest {
             conversation_id: conversation,
             group_name: group,
-        })
-        .await?
-        .into_inner();
+        }),
+    )
+    .await?;
     if client.json {
-        print_json(&json!({
-            "group": r.group.as_ref().map(group_json),
-            "tools": r.tools.iter().map(tool_json).collect::<Vec<_>>(),
-            "already_loaded": r.already_loaded,
-            "text": r.text,
-        }));
+        print_proto(&r);
     } else {
         out!("{}", r.text);
         if r.already_loaded {
@@ -822,16 +879,9 @@ async fn load(client: &ClientArgs, group: String, conversation: String) -> Resul
 
 async fn tools(client: &ClientArgs) -> Result<(), Failure> {
     let mut c = connect(client).await?;
-    let r = c
-        .list_all_tools(proto::ListAllToolsRequest {})
-        .await?
-        .into_inner();
+    let r = call(&client.conn, c.list_all_tools(proto::ListAllToolsRequest {})).await?;
     if client.json {
-        print_json(&json!({
-            "tools": r.tools.iter().map(tool_json).collect::<Vec<_>>(),
-            "groups": r.groups.iter().map(group_json).collect::<Vec<_>>(),
-            "registry_version": r.registry_version,
-        }));
+        print_proto(&r);
         return Ok(());
     }
     let rows: Vec<Vec<String>> = r
@@ -852,12 +902,13 @@ async fn tools(client: &ClientArgs) -> Result<(), Failure> {
 
 async fn invalidate(client: &ClientArgs) -> Result<(), Failure> {
     let mut c = connect(client).await?;
-    let r = c
-        .invalidate_settings(proto::InvalidateSettingsRequest {})
-        .await?
-        .into_inner();
+    let r = call(
+        &client.conn,
+        c.invalidate_settings(proto::InvalidateSettingsRequest {}),
+    )
+    .await?;
     if client.json {
-        print_json(&json!({ "active_domains": r.active_domains }));
+        print_proto(&r);
     } else {
         out!(
             "settings re-read; active domains: {}",
@@ -867,18 +918,60 @@ async fn invalidate(client: &ClientArgs) -> Result<(), Failure> {
     Ok(())
 }
 
+async fn describe(client: &ClientArgs) -> Result<(), Failure> {
+    let mut c = connect(client).await?;
+    let r = call(&client.conn, c.describe_server(proto::DescribeServerRequest {})).await?;
+    if client.json {
+        print_proto(&r);
+        return Ok(());
+    }
+    out!("version:           {}", r.version);
+    out!(
+        "registry:          {:016x} ({} domains, {} tools)",
+        r.registry_version,
+        r.domains,
+        r.tools
+    );
+    out!("database:          {}", r.database);
+    if !r.database_path.is_empty() {
+        out!("database file:     {}", r.database_path);
+    }
+    out!("settings age:      {:.1} s", r.settings_age_seconds);
+    out!("uptime:            {:.1} s", r.uptime_seconds);
+    out!("configuration:\n{}", r.config_toml);
+    Ok(())
+}
+
+async fn reset(client: &ClientArgs, conversation: String) -> Result<(), Failure> {
+    let mut c = connect(client).await?;
+    let r = call(
+        &client.conn,
+        c.reset_conversation(proto::ResetConversationRequest {
+            conversation_id: conversation.clone(),
+        }),
+    )
+    .await?;
+    if client.json {
+        print_proto(&r);
+    } else {
+        out!("conversation {conversation:?} forgotten");
+    }
+    Ok(())
+}
+
 async fn reload(client: &ClientArgs) -> Result<(), Failure> {
     let mut c = connect(client).await?;
-    let r = c
-        .reload_registry(proto::ReloadRegistryRequest {})
-        .await?
-        .into_inner();
+    let r = match call(&client.conn, c.reload_registry(proto::ReloadRegistryRequest {})).await {
+        Ok(r) => r,
+        // The daemon refused the manifests (and serves on with the old ones): a manifest
+        // problem, exit 2 as `check` would.
+        Err(f) if f.message.starts_with("FailedPrecondition") => {
+            return Err(Failure::config(f.message));
+        }
+        Err(f) => return Err(f),
+    };
     if client.json {
-        print_json(&json!({
-            "registry_version": r.registry_version,
-            "domains": r.domains,
-            "tools": r.tools,
-        }));
+        print_proto(&r);
     } else {
         out!(
             "registry reloaded: {} domains, {} tools, version {:016x}",
@@ -898,28 +991,18 @@ async fn search(
     load: bool,
 ) -> Result<(), Failure> {
     let mut c = connect(client).await?;
-    let r = c
-        .search_tools(proto::SearchToolsRequest {
+    let r = call(
+        &client.conn,
+        c.search_tools(proto::SearchToolsRequest {
             query,
             limit,
             conversation_id: conversation.unwrap_or_default(),
             load,
-        })
-        .await?
-        .into_inner();
+        }),
+    )
+    .await?;
     if client.json {
-        print_json(&json!({
-            "hits": r.hits.iter().map(|h| json!({
-                "tool": h.tool.as_ref().map(tool_json),
-                "score": h.score,
-                "matched_terms": h.matched_terms,
-                "active": h.active,
-                "missing_settings_keys": h.missing_settings_keys,
-            })).collect::<Vec<_>>(),
-            "loaded_groups": r.loaded_groups,
-            "text": r.text,
-            "registry_version": r.registry_version,
-        }));
+        print_proto(&r);
         return Ok(());
     }
     let rows: Vec<Vec<String>> = r
@@ -1065,8 +1148,38 @@ fn suggest_keywords(dirs: &[PathBuf], limit: usize, json: bool) -> Result<(), Fa
     Ok(())
 }
 
-fn check(dirs: &[PathBuf]) -> Result<(), Failure> {
-    let registry = Registry::load_dirs(dirs)?;
+fn check(dirs: &[PathBuf], as_json: bool) -> Result<(), Failure> {
+    let (registry, warnings) = Registry::check_dirs(dirs);
+    // One JSON shape for problems of both kinds; lowerCamelCase like the RPCs' JSON.
+    let problem = |e: &crate::error::ManifestError| {
+        let mut v = json!({ "path": e.path, "message": e.message });
+        if let Some((line, column)) = e.position {
+            v["line"] = json!(line);
+            v["column"] = json!(column);
+        }
+        v
+    };
+    let warnings_json: Vec<Value> = warnings.iter().map(problem).collect();
+    if !as_json {
+        for w in &warnings {
+            eprintln!("warning: {w}");
+        }
+    }
+    let registry = match registry {
+        Ok(r) => r,
+        Err(Error::Manifests(errors)) if as_json => {
+            print_json(&json!({
+                "ok": false,
+                "errors": errors.0.iter().map(problem).collect::<Vec<_>>(),
+                "warnings": warnings_json,
+            }));
+            return Err(Failure::config(format!(
+                "{} manifest problem(s); see the JSON above",
+                errors.0.len()
+            )));
+        }
+        Err(e) => return Err(e.into()),
+    };
     let keywords = registry.keywords().count();
     // About four characters per token, over what a provider is sent for each tool.
     let chars: usize = registry
@@ -1075,6 +1188,20 @@ fn check(dirs: &[PathBuf]) -> Result<(), Failure> {
         .flat_map(|d| &d.tools)
         .map(|t| t.name.len() + t.description.len() + t.input_schema_json.len())
         .sum();
+    if as_json {
+        print_json(&json!({
+            "ok": true,
+            "domains": registry.domains().len(),
+            "tools": registry.tool_count(),
+            "keywords": keywords,
+            "schemaTokens": chars / 4,
+            // 64-bit, so a string as in the RPCs' JSON.
+            "registryVersion": registry.version().to_string(),
+            "errors": [],
+            "warnings": warnings_json,
+        }));
+        return Ok(());
+    }
     out!(
         "ok: {} domains, {} tools, {} keywords, ~{} schema tokens",
         registry.domains().len(),
@@ -1085,9 +1212,65 @@ fn check(dirs: &[PathBuf]) -> Result<(), Failure> {
     Ok(())
 }
 
-async fn settings(action: SettingsAction, database: &str, conn: &Connection) -> Result<(), Failure> {
+/// `settings` options besides the action.
+struct SettingsOptions {
+    /// `--database`, when given (flag or environment).
+    database: Option<String>,
+    force: bool,
+    create: bool,
+    json: bool,
+}
+
+/// The database `settings` used when neither `--database` nor a running daemon names one.
+const DEFAULT_DATABASE: &str = "sqlite://toolrouter.db";
+
+async fn settings(action: SettingsAction, opts: &SettingsOptions, conn: &Connection) -> Result<(), Failure> {
     let addr = &conn.addr;
-    let db = Db::connect(database).await?;
+    let writes = !matches!(action, SettingsAction::List);
+    // Which database the daemon at --addr uses, when one answers.
+    let daemon = match conn.client().await {
+        Ok(mut c) => call(conn, c.describe_server(proto::DescribeServerRequest {}))
+            .await
+            .ok(),
+        Err(_) => None,
+    };
+    let database = match (&opts.database, &daemon) {
+        (Some(db), _) => db.clone(),
+        // The daemon's own database: its URL, by the absolute path it reported.
+        (None, Some(d)) if !d.database_path.is_empty() => format!("sqlite://{}", d.database_path),
+        (None, _) => DEFAULT_DATABASE.to_string(),
+    };
+    let file = crate::db::database_file(&database)?;
+    if let (Some(d), Some(file)) = (&daemon, &file)
+        && !d.database_path.is_empty()
+        && std::path::Path::new(&d.database_path) != file.as_path()
+    {
+        let message = format!(
+            "the daemon at {addr} uses {}, not {}: pass --database {:?} to edit its settings{}",
+            d.database_path,
+            file.display(),
+            format!("sqlite://{}", d.database_path),
+            if writes {
+                ", or --force to write the other database anyway"
+            } else {
+                ""
+            }
+        );
+        if writes && !opts.force {
+            return Err(Failure::config(message));
+        }
+        eprintln!("note: {message}");
+    }
+    if let Some(file) = &file
+        && !file.exists()
+        && !opts.create
+    {
+        return Err(Failure::config(format!(
+            "the database {} does not exist; pass --create to create it (or --database to name the daemon's)",
+            file.display()
+        )));
+    }
+    let db = Db::connect(&database).await?;
     match action {
         SettingsAction::Set { key, value } => {
             db.set_setting(&key, &value).await?;
@@ -1100,35 +1283,33 @@ async fn settings(action: SettingsAction, database: &str, conn: &Connection) -> 
         SettingsAction::List => {
             let mut rows = db.read_settings().await?;
             rows.sort();
-            let rows: Vec<Vec<String>> = rows.into_iter().map(|(k, v)| vec![k, v]).collect();
-            print_table(&["KEY", "VALUE"], &rows);
             db.close().await;
+            if opts.json {
+                let map: serde_json::Map<String, Value> =
+                    rows.into_iter().map(|(k, v)| (k, Value::String(v))).collect();
+                print_json(&json!({ "settings": map }));
+            } else {
+                let rows: Vec<Vec<String>> = rows.into_iter().map(|(k, v)| vec![k, v]).collect();
+                print_table(&["KEY", "VALUE"], &rows);
+            }
             return Ok(());
         }
     }
     db.close().await;
     // Best effort: the change is in the table either way and shows within one TTL.
-    match tokio::time::timeout(Duration::from_secs(3), async {
-        let mut c = conn.client().await.map_err(Failure::from)?;
-        Ok::<_, Failure>(
-            c.invalidate_settings(proto::InvalidateSettingsRequest {})
-                .await?
-                .into_inner(),
-        )
-    })
-    .await
-    {
-        Ok(Ok(r)) => out!(
+    let notified = match conn.client().await {
+        Ok(mut c) => call(conn, c.invalidate_settings(proto::InvalidateSettingsRequest {})).await,
+        Err(e) => Err(e.into()),
+    };
+    match notified {
+        Ok(r) => out!(
             "daemon at {addr} re-read settings; active domains: {}",
             r.active_domains.join(", ")
         ),
-        Ok(Err(f)) => out!(
+        Err(f) => out!(
             "note: {} (the daemon will see the change within its settings TTL)",
             f.message
         ),
-        Err(_) => {
-            out!("note: no answer from {addr} (the daemon will see the change within its settings TTL)")
-        }
     }
     Ok(())
 }

@@ -15,10 +15,14 @@ use crate::proto::tool_router_client::ToolRouterClient;
 /// Default daemon address for the client subcommands.
 pub const DEFAULT_ADDR: &str = "http://127.0.0.1:50051";
 
+/// How long a client command waits to connect and for each answer, unless `--timeout` says.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// How a client reaches the daemon.
 #[derive(Debug, Clone, Args)]
 pub struct Connection {
-    /// The daemon's URL (`https://` when it serves TLS).
+    /// The daemon's address: `host:port` (plain HTTP/2) or a URL (`https://` when it serves
+    /// TLS).
     #[arg(long, env = "TOOLROUTER_ADDR", default_value = DEFAULT_ADDR)]
     pub addr: String,
     /// Bearer token, when the daemon requires one.
@@ -27,6 +31,10 @@ pub struct Connection {
     /// CA certificate (PEM) that signed the daemon's certificate, for an `https://` address.
     #[arg(long, env = "TOOLROUTER_TLS_CA")]
     pub tls_ca: Option<PathBuf>,
+    /// How long to wait to connect, and then for each answer, e.g. `3s` [default: 10s; 1s for
+    /// `health`].
+    #[arg(long, env = "TOOLROUTER_TIMEOUT", value_parser = humantime::parse_duration)]
+    pub timeout: Option<Duration>,
 }
 
 /// Adds the bearer token, when there is one, to every call.
@@ -61,7 +69,23 @@ impl Connection {
             addr: addr.into(),
             auth_token: None,
             tls_ca: None,
+            timeout: None,
         }
+    }
+
+    /// The address as a URL: `host:port` means `http://host:port`, as grpcurl and the
+    /// Python client spell it.
+    pub fn url(&self) -> String {
+        if self.addr.contains("://") {
+            self.addr.clone()
+        } else {
+            format!("http://{}", self.addr)
+        }
+    }
+
+    /// The connect and call timeout: `--timeout`, else [`DEFAULT_TIMEOUT`].
+    pub fn timeout(&self) -> Duration {
+        self.timeout.unwrap_or(DEFAULT_TIMEOUT)
     }
 
     /// Connects a channel (for health or other services).
@@ -70,9 +94,13 @@ impl Connection {
     /// `Config` for a bad address or CA file, `Unavailable` when the daemon cannot be reached.
     pub async fn channel(&self) -> Result<Channel> {
         let addr = &self.addr;
-        let mut endpoint = Endpoint::from_shared(addr.clone())
+        let timeout = self.timeout();
+        let mut endpoint = Endpoint::from_shared(self.url())
             .map_err(|e| Error::Config(format!("invalid --addr {addr:?}: {e}")))?
-            .connect_timeout(Duration::from_secs(5))
+            .connect_timeout(timeout)
+            // Every call gets a deadline, sent to the daemon as `grpc-timeout` too, so a
+            // daemon that accepts and never answers cannot hang the caller.
+            .timeout(timeout)
             .tcp_nodelay(true);
         if let Some(ca) = &self.tls_ca {
             let pem = std::fs::read(ca)
@@ -82,10 +110,19 @@ impl Connection {
                 .tls_config(tls)
                 .map_err(|e| Error::Config(format!("TLS: {}", root_cause(&e))))?;
         }
-        endpoint
-            .connect()
-            .await
-            .map_err(|e| Error::Unavailable(format!("cannot reach the daemon at {addr}: {}", root_cause(&e))))
+        // The connect timeout covers TCP only; this one also covers the HTTP/2 handshake with
+        // a peer that accepted the connection but never speaks.
+        match tokio::time::timeout(timeout, endpoint.connect()).await {
+            Ok(Ok(channel)) => Ok(channel),
+            Ok(Err(e)) => Err(Error::Unavailable(format!(
+                "cannot reach the daemon at {addr}: {}",
+                root_cause(&e)
+            ))),
+            Err(_) => Err(Error::Unavailable(format!(
+                "no answer from {addr} within {} (connecting)",
+                humantime::format_duration(timeout)
+            ))),
+        }
     }
 
     /// The interceptor adding this connection's token.

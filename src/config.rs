@@ -29,6 +29,7 @@ pub enum LogFormat {
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
     /// Address to listen on; loopback by default so nothing outside the host can call it.
+    #[serde(deserialize_with = "listen_addr")]
     pub listen: SocketAddr,
     /// SQLite URL of the settings and conversations database (created and migrated on start).
     pub database: String,
@@ -79,6 +80,9 @@ pub struct Config {
     pub tls_cert: Option<PathBuf>,
     /// PEM private key for TLS (with `tls_cert`).
     pub tls_key: Option<PathBuf>,
+    /// Where to serve Prometheus metrics (`GET /metrics`); off when unset.
+    #[serde(default, deserialize_with = "optional_listen_addr")]
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 impl Default for Config {
@@ -107,8 +111,38 @@ impl Default for Config {
             allow_unauthenticated: false,
             tls_cert: None,
             tls_key: None,
+            metrics_listen: None,
         }
     }
+}
+
+fn optional_listen_addr<'de, D: Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<Option<SocketAddr>, D::Error> {
+    listen_addr(d).map(Some)
+}
+
+fn listen_addr<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<SocketAddr, D::Error> {
+    let s = String::deserialize(d)?;
+    parse_listen(&s).map_err(serde::de::Error::custom)
+}
+
+/// Parses a listening address: `ip:port`, or `host:port` with the host name resolved (the
+/// first address it resolves to, e.g. `localhost:50061`).
+///
+/// # Errors
+/// A text without a port, or a host name that does not resolve.
+pub fn parse_listen(s: &str) -> std::result::Result<SocketAddr, String> {
+    if let Ok(addr) = s.parse() {
+        return Ok(addr);
+    }
+    use std::net::ToSocketAddrs as _;
+    let mut addrs = s
+        .to_socket_addrs()
+        .map_err(|e| format!("{s:?} is not a listening address (host:port): {e}"))?;
+    addrs
+        .next()
+        .ok_or_else(|| format!("{s:?} resolves to no address"))
 }
 
 fn duration<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Duration, D::Error> {
@@ -171,6 +205,9 @@ impl Config {
             self.max_concurrent_requests,
             self.allow_unauthenticated,
         );
+        if let Some(addr) = self.metrics_listen {
+            out.push_str(&format!("\nmetrics_listen = \"{addr}\""));
+        }
         for (key, value) in [("tls_cert", &self.tls_cert), ("tls_key", &self.tls_key)] {
             if let Some(p) = value {
                 out.push_str(&format!("\n{key} = {}", path(p)));

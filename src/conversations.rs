@@ -139,6 +139,13 @@ impl Conversations {
         Ok(())
     }
 
+    /// Conversations held in memory now.
+    pub async fn cached(&self) -> u64 {
+        // The cache counts lazily; settle its pending bookkeeping first.
+        self.cache.run_pending_tasks().await;
+        self.cache.entry_count()
+    }
+
     /// Forgets one conversation (an unknown id is fine).
     ///
     /// # Errors

@@ -66,6 +66,42 @@ fn file_id(path: &Path) -> std::io::Result<FileId> {
     }
 }
 
+/// The file a SQLite URL names, made absolute against the working directory (and with links
+/// resolved when it exists), so two processes in different directories can compare it;
+/// `None` for an in-memory database.
+///
+/// # Errors
+/// A URL that is not a SQLite URL.
+pub fn database_file(url: &str) -> Result<Option<PathBuf>> {
+    let options = SqliteConnectOptions::from_str(url)?;
+    let filename = options.get_filename();
+    if filename.as_os_str() == ":memory:" || url.contains("mode=memory") {
+        return Ok(None);
+    }
+    Ok(Some(absolute(filename)))
+}
+
+/// `path` made absolute, links resolved where it exists.
+pub fn absolute(path: &Path) -> PathBuf {
+    std::fs::canonicalize(path)
+        .or_else(|_| std::path::absolute(path))
+        .unwrap_or_else(|_| path.to_path_buf())
+}
+
+/// The URL with any user name and password removed, for logs and `DescribeServer`.
+pub fn redact_url(url: &str) -> String {
+    match url.split_once("://") {
+        Some((scheme, rest)) => {
+            let (authority, tail) = rest.find('/').map_or((rest, ""), |i| rest.split_at(i));
+            match authority.rsplit_once('@') {
+                Some((_, host)) => format!("{scheme}://{host}{tail}"),
+                None => url.to_string(),
+            }
+        }
+        None => url.to_string(),
+    }
+}
+
 async fn open(options: &SqliteConnectOptions) -> Result<SqlitePool> {
     let pool = SqlitePoolOptions::new()
         .max_connections(4)
@@ -115,6 +151,11 @@ impl Db {
                 generation: AtomicU64::new(0),
             }),
         })
+    }
+
+    /// The database file as opened (as the URL names it); `None` for an in-memory database.
+    pub fn path(&self) -> Option<&Path> {
+        self.inner.path.as_deref()
     }
 
     /// Bumped each time the file was found replaced and reopened.

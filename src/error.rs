@@ -92,6 +92,7 @@ impl From<Error> for tonic::Status {
             Error::FailedPrecondition(m) => tonic::Status::failed_precondition(m),
             // The database cannot be used: the caller may retry, and learns why.
             Error::Unavailable(_) | Error::Database(_) | Error::Shared(_) => {
+                crate::telemetry::DATABASE_ERRORS.inc();
                 tracing::warn!(error = %err, "request failed: database unavailable");
                 tonic::Status::unavailable(err.to_string())
             }

@@ -113,17 +113,6 @@ struct Outcome {
     micros: f64,
 }
 
-fn reason_name(r: Reason) -> &'static str {
-    match r {
-        Reason::Core => "core",
-        Reason::Keyword => "keyword",
-        Reason::Search => "search",
-        Reason::Loaded => "loaded",
-        Reason::Sticky => "sticky",
-        Reason::Fallback => "fallback",
-    }
-}
-
 fn figures<'a>(outcomes: impl Iterator<Item = &'a Outcome>, registry_tools: usize) -> Figures {
     let mut f = Figures::default();
     let mut times = Vec::new();
@@ -138,7 +127,7 @@ fn figures<'a>(outcomes: impl Iterator<Item = &'a Outcome>, registry_tools: usiz
         micros += o.micros;
         times.push(o.micros);
         for r in &o.reasons {
-            *f.reasons.entry(reason_name(*r).to_string()).or_default() += 1;
+            *f.reasons.entry(r.as_str().to_string()).or_default() += 1;
         }
     }
     if f.queries == 0 {

@@ -16,6 +16,7 @@
 //! - [`state`]: the shared state tying them together for one request.
 //! - [`service`]: the tonic `ToolRouter` service: proto to domain types and back.
 //! - [`guard`]: auth, load shedding and the per-request timeout, in front of the services.
+//! - [`telemetry`]: one log line per call and the Prometheus metrics (`--metrics-listen`).
 //! - [`server`]: `serve(listener, state, config, shutdown)` with health, reflection, TLS and
 //!   the drain timeout.
 //! - [`eval`]: `toolrouter eval`, routing quality over labelled messages.
@@ -40,6 +41,7 @@ pub mod server;
 pub mod service;
 pub mod settings;
 pub mod state;
+pub mod telemetry;
 
 pub use error::{Error, Result};
 
@@ -47,6 +49,7 @@ pub use error::{Error, Result};
 #[allow(missing_docs, clippy::all, clippy::pedantic)]
 pub mod proto {
     tonic::include_proto!("toolrouter.v1");
+    include!(concat!(env!("OUT_DIR"), "/toolrouter.v1.serde.rs"));
 
     /// The encoded file descriptor set, for server reflection.
     pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("toolrouter_descriptor");

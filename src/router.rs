@@ -68,6 +68,20 @@ pub enum Reason {
     Fallback,
 }
 
+impl Reason {
+    /// The reason's name in reports, logs and metric labels.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::Core => "core",
+            Reason::Keyword => "keyword",
+            Reason::Search => "search",
+            Reason::Loaded => "loaded",
+            Reason::Sticky => "sticky",
+            Reason::Fallback => "fallback",
+        }
+    }
+}
+
 /// What the settings snapshot means for one registry: which domains are active, and the
 /// lists every answer draws from. Derived once per (registry, snapshot) pair, so a route
 /// costs what its answer holds, not what the registry holds.

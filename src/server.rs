@@ -22,6 +22,11 @@ use crate::state::State;
 /// Bytes allowed in a request beyond the message limit, for the other fields and framing.
 const REQUEST_OVERHEAD_BYTES: usize = 4096;
 
+/// The transport's limit on one request. Requests over the field limits but under this one
+/// are decoded and answered `INVALID_ARGUMENT` naming the field limit; larger ones are
+/// refused before decoding with `RESOURCE_EXHAUSTED`.
+pub const TRANSPORT_LIMIT_BYTES: usize = 4 * 1024 * 1024;
+
 /// After the drain timeout cut calls short, how long the final database flush may take.
 const CUT_GRACE: Duration = Duration::from_secs(1);
 
@@ -75,15 +80,21 @@ pub async fn serve(
     let (reporter, health) = tonic_health::server::health_reporter();
     let reflection_v1 = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(crate::proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1()?;
     let reflection_v1alpha = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(crate::proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1alpha()?;
-    // A request may carry a message of exactly the limit plus the other fields; anything
-    // larger is refused by the transport before it is decoded.
-    let decode_limit = state.max_message_bytes() + REQUEST_OVERHEAD_BYTES;
-    let service =
-        ToolRouterServer::new(ToolRouterService::new(state.clone())).max_decoding_message_size(decode_limit);
+    // A request may carry a message of exactly the limit plus the other fields; a larger one,
+    // up to the transport limit, is decoded so the service can name the field limit.
+    let decode_limit = (state.max_message_bytes() + REQUEST_OVERHEAD_BYTES).max(TRANSPORT_LIMIT_BYTES);
+    use tonic::codec::CompressionEncoding;
+    let service = ToolRouterServer::new(ToolRouterService::new(state.clone()))
+        .max_decoding_message_size(decode_limit)
+        // gzip both ways: accepted on requests, used for answers when the client accepts it.
+        .accept_compressed(CompressionEncoding::Gzip)
+        .send_compressed(CompressionEncoding::Gzip);
     let mut builder = Server::builder();
     if let Some(tls) = tls(config)? {
         builder = builder.tls_config(tls)?;
@@ -136,6 +147,23 @@ pub async fn serve(
         }
     };
 
+    let metrics = crate::telemetry::Metrics::new();
+    let (stop_metrics, metrics_stopped) = tokio::sync::oneshot::channel::<()>();
+    if let Some(addr) = config.metrics_listen {
+        let metrics_listener = TcpListener::bind(addr)
+            .await
+            .map_err(|e| Error::Config(format!("cannot listen for metrics on {addr}: {e}")))?;
+        tracing::info!(addr = %metrics_listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), "serving metrics at /metrics");
+        tokio::spawn(crate::telemetry::serve_metrics(
+            metrics_listener,
+            metrics.clone(),
+            state.clone(),
+            async {
+                let _ = metrics_stopped.await;
+            },
+        ));
+    }
+
     tracing::info!(
         addr = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
         tls = config.tls_cert.is_some(),
@@ -143,6 +171,8 @@ pub async fn serve(
         "serving"
     );
     let server = builder
+        // Outermost, so calls the guard refuses are logged and counted too.
+        .layer(crate::telemetry::CallLog::new(metrics))
         .layer(guard)
         .add_service(health)
         .add_service(reflection_v1)
@@ -165,6 +195,7 @@ pub async fn serve(
         }
         state.close().await;
     };
+    let _ = stop_metrics.send(());
     let grace = if cut { CUT_GRACE } else { drain_timeout };
     if tokio::time::timeout(grace, cleanup).await.is_err() {
         tracing::warn!("the database is still busy at shutdown; exiting without the final idle-clock flush");

@@ -8,6 +8,7 @@ use crate::proto::{self, tool_router_server::ToolRouter};
 use crate::registry::{Domain, DomainId, Registry, Tool};
 use crate::router::Reason;
 use crate::state::{State, View};
+use crate::telemetry::{CallSummary, conversation_hash};
 
 /// Longest accepted `conversation_id`, in bytes.
 pub const MAX_CONVERSATION_ID_BYTES: usize = 256;
@@ -135,13 +136,25 @@ impl ToolRouter for ToolRouterService {
             "routed"
         );
         let registry = &view.registry;
+        // For the call log and the metrics (the telemetry layer reads it off the response).
+        let summary = CallSummary {
+            conversation: conv.map(conversation_hash),
+            tools: Some(decision.tool_count(registry, &view.activation)),
+            domains: decision
+                .domains
+                .iter()
+                .map(|inc| (registry.domain(inc.domain).name.clone(), inc.reason.as_str()))
+                .collect(),
+            fallback: Some(decision.fallback),
+            group: None,
+        };
         let mut tools = Vec::with_capacity(decision.tool_count(registry, &view.activation));
         tools.extend(
             decision
                 .tools(registry, &view.activation)
                 .map(|(d, t)| tool(d, t)),
         );
-        Ok(Response::new(proto::RouteResponse {
+        let mut response = Response::new(proto::RouteResponse {
             tools,
             domains: decision
                 .domains
@@ -165,7 +178,9 @@ impl ToolRouter for ToolRouterService {
                 .collect(),
             fallback: decision.fallback,
             registry_version: registry.version(),
-        }))
+        });
+        response.extensions_mut().insert(summary);
+        Ok(response)
     }
 
     async fn load_tool_group(
@@ -178,13 +193,20 @@ impl ToolRouter for ToolRouterService {
         let id = conversation_id(id)?.unwrap_or(id);
         let (view, load) = self.state.load_group(id, group_name).await?;
         let d = view.registry.domain(load.domain);
-        tracing::info!(group = %d.name, already_loaded = load.already_loaded, "group loaded");
-        Ok(Response::new(proto::LoadToolGroupResponse {
+        tracing::debug!(group = %d.name, already_loaded = load.already_loaded, "group loaded");
+        let mut response = Response::new(proto::LoadToolGroupResponse {
             group: Some(group(&view, load.domain)),
             tools: domain_tools(d).collect(),
             already_loaded: load.already_loaded,
             text: crate::router::load_text(&view.registry, load.domain),
-        }))
+        });
+        response.extensions_mut().insert(CallSummary {
+            conversation: Some(conversation_hash(id)),
+            tools: Some(d.tools.len()),
+            group: Some(d.name.clone()),
+            ..CallSummary::default()
+        });
+        Ok(response)
     }
 
     async fn list_groups(
@@ -237,7 +259,12 @@ impl ToolRouter for ToolRouterService {
         let id = required(&req.conversation_id, "conversation_id")?;
         let id = conversation_id(id)?.unwrap_or(id);
         self.state.reset_conversation(id).await?;
-        Ok(Response::new(proto::ResetConversationResponse {}))
+        let mut response = Response::new(proto::ResetConversationResponse {});
+        response.extensions_mut().insert(CallSummary {
+            conversation: Some(conversation_hash(id)),
+            ..CallSummary::default()
+        });
+        Ok(response)
     }
 
     async fn search_tools(
@@ -304,6 +331,27 @@ impl ToolRouter for ToolRouterService {
             registry_version: r.registry_version,
             domains: u32::try_from(r.domains).unwrap_or(u32::MAX),
             tools: u32::try_from(r.tools).unwrap_or(u32::MAX),
+        }))
+    }
+
+    async fn describe_server(
+        &self,
+        _request: Request<proto::DescribeServerRequest>,
+    ) -> Result<Response<proto::DescribeServerResponse>, Status> {
+        let d = self.state.describe();
+        Ok(Response::new(proto::DescribeServerResponse {
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            registry_version: d.registry_version,
+            domains: u32::try_from(d.domains).unwrap_or(u32::MAX),
+            tools: u32::try_from(d.tools).unwrap_or(u32::MAX),
+            database: d.database,
+            database_path: d
+                .database_path
+                .map(|p| p.display().to_string())
+                .unwrap_or_default(),
+            settings_age_seconds: d.settings_age.as_secs_f64(),
+            uptime_seconds: d.uptime.as_secs_f64(),
+            config_toml: d.config_toml,
         }))
     }
 }

@@ -39,6 +39,8 @@ struct Cached {
     snapshot: Arc<Snapshot>,
     /// When the table was last read, or last failed to be read: the next try is a TTL later.
     read_at: Instant,
+    /// When `snapshot` was read: its age is what `DescribeServer` and the metrics report.
+    good_at: Instant,
     /// Why the last read failed; `None` after a good read.
     failure: Option<Arc<str>>,
 }
@@ -66,6 +68,7 @@ impl SettingsCache {
         let current = ArcSwap::from_pointee(Cached {
             snapshot,
             read_at: Instant::now(),
+            good_at: Instant::now(),
             failure: None,
         });
         Ok(SettingsCache {
@@ -104,6 +107,12 @@ impl SettingsCache {
         self.reread().await
     }
 
+    /// How long ago the snapshot in use was read from the table (it grows past the TTL only
+    /// while re-reads fail, or until the next call re-reads).
+    pub fn age(&self) -> Duration {
+        self.current.load().good_at.elapsed()
+    }
+
     /// Why the last read failed, while it keeps failing.
     pub fn failure(&self) -> Option<Arc<str>> {
         self.current.load().failure.clone()
@@ -120,12 +129,14 @@ impl SettingsCache {
                 self.current.store(Arc::new(Cached {
                     snapshot: snapshot.clone(),
                     read_at: Instant::now(),
+                    good_at: Instant::now(),
                     failure: None,
                 }));
                 Ok(snapshot)
             }
             Err(e) => {
                 let cause: Arc<str> = e.to_string().into();
+                crate::telemetry::DATABASE_ERRORS.inc();
                 if previous.failure.is_none() {
                     tracing::error!(
                         error = %cause,
@@ -136,6 +147,7 @@ impl SettingsCache {
                 self.current.store(Arc::new(Cached {
                     snapshot: previous.snapshot.clone(),
                     read_at: Instant::now(),
+                    good_at: previous.good_at,
                     failure: Some(cause.clone()),
                 }));
                 Err(Error::Unavailable(format!(

@@ -79,6 +79,33 @@ struct Inner {
     keyword_match: MatchMode,
     /// Serialises reloads, so the last one to finish is the last one started.
     reload: tokio::sync::Mutex<()>,
+    /// When the daemon started, for `DescribeServer`'s uptime.
+    started: std::time::Instant,
+    /// The effective configuration as TOML, secrets left out, for `DescribeServer`.
+    config_toml: String,
+    /// The database URL, credentials removed.
+    database: String,
+}
+
+/// What `DescribeServer` reports.
+#[derive(Debug, Clone)]
+pub struct Description {
+    /// The registry's version.
+    pub registry_version: u64,
+    /// Its domains.
+    pub domains: usize,
+    /// Its tools.
+    pub tools: usize,
+    /// The database URL, credentials removed.
+    pub database: String,
+    /// The database file, absolute; `None` in memory.
+    pub database_path: Option<PathBuf>,
+    /// Age of the settings snapshot in use.
+    pub settings_age: Duration,
+    /// Time since the state was built.
+    pub uptime: Duration,
+    /// The effective configuration, secrets left out.
+    pub config_toml: String,
 }
 
 /// What a reload installed.
@@ -127,8 +154,31 @@ impl State {
                 manifests: config.manifests.clone(),
                 keyword_match: config.keyword_match,
                 reload: tokio::sync::Mutex::new(()),
+                started: std::time::Instant::now(),
+                config_toml: config.to_toml(),
+                database: crate::db::redact_url(&config.database),
             }),
         })
+    }
+
+    /// What the daemon serves and from where.
+    pub fn describe(&self) -> Description {
+        let view = self.inner.view.load();
+        Description {
+            registry_version: view.registry.version(),
+            domains: view.registry.domains().len(),
+            tools: view.registry.tool_count(),
+            database: self.inner.database.clone(),
+            database_path: self.inner.db.path().map(crate::db::absolute),
+            settings_age: self.inner.settings.age(),
+            uptime: self.inner.started.elapsed(),
+            config_toml: self.inner.config_toml.clone(),
+        }
+    }
+
+    /// Conversations held in memory now.
+    pub async fn conversations_cached(&self) -> u64 {
+        self.inner.conversations.cached().await
     }
 
     /// The largest accepted message, in bytes.

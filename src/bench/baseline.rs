@@ -111,4 +111,11 @@ impl ToolRouter for BaselineService {
     ) -> Result<Response<proto::SearchToolsResponse>, Status> {
         unimplemented()
     }
+
+    async fn describe_server(
+        &self,
+        _: Request<proto::DescribeServerRequest>,
+    ) -> Result<Response<proto::DescribeServerResponse>, Status> {
+        unimplemented()
+    }
 }

@@ -40,6 +40,27 @@ const DOMAIN_FIELDS: &[&str] = &[
     "tools",
 ];
 const TOOL_FIELDS: &[&str] = &["name", "description", "tier", "input_schema"];
+/// The fields a group array's `_meta` element may carry.
+const META_FIELDS: &[&str] = &[
+    "_meta",
+    "display_name",
+    "description",
+    "settings_keys",
+    "keywords",
+    "core",
+    "fallback",
+];
+/// The fields a group array's tool element may carry; the last three belong to the chat apps
+/// that ship these files and are ignored here.
+const GROUP_TOOL_FIELDS: &[&str] = &[
+    "name",
+    "description",
+    "tier",
+    "parameters",
+    "function",
+    "timeoutSeconds",
+    "requiredPermissions",
+];
 
 /// Parses one manifest. `path` names the file in messages and, for group arrays, its stem is
 /// the group name.
@@ -51,15 +72,16 @@ pub fn parse(path: &str, text: &str) -> Result<Domain, Vec<ManifestError>> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let format = Format::of(Path::new(path)).unwrap_or(Format::Json);
     let value = match format {
-        Format::Json => serde_json::from_str::<Value>(text).map_err(|e| {
+        Format::Json => serde_json::from_str::<Strict>(text).map(|s| s.0).map_err(|e| {
             let msg = e.to_string();
             // serde_json appends " at line L column C"; the position goes in front instead.
             let msg = msg.split(" at line ").next().unwrap_or(&msg).to_string();
-            vec![err_at(
-                path,
-                Some(json_position(text, e.line(), e.column())),
-                format!("malformed JSON: {msg}"),
-            )]
+            let msg = if msg.starts_with(DUPLICATE_KEY) {
+                msg
+            } else {
+                format!("malformed JSON: {msg}")
+            };
+            vec![err_at(path, Some(json_position(text, e.line(), e.column())), msg)]
         })?,
         Format::Toml => {
             let table = toml::from_str::<toml::Table>(text).map_err(|e| {
@@ -84,6 +106,72 @@ pub fn parse(path: &str, text: &str) -> Result<Domain, Vec<ManifestError>> {
     match domain {
         Some(d) if v.errors.is_empty() => Ok(d),
         _ => Err(v.errors),
+    }
+}
+
+/// How a duplicate key in a JSON object is reported (serde_json alone keeps the last one
+/// silently, so a repeated `"keywords"` would drop the first list unseen).
+const DUPLICATE_KEY: &str = "duplicate key";
+
+/// A JSON value read with duplicate object keys refused, each reported at its line:column.
+struct Strict(Value);
+
+impl<'de> serde::Deserialize<'de> for Strict {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(StrictVisitor)
+    }
+}
+
+struct StrictVisitor;
+
+impl<'de> serde::de::Visitor<'de> for StrictVisitor {
+    type Value = Strict;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Strict, E> {
+        Ok(Strict(Value::Bool(v)))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Strict, E> {
+        Ok(Strict(Value::from(v)))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Strict, E> {
+        Ok(Strict(Value::from(v)))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Strict, E> {
+        Ok(Strict(
+            serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number),
+        ))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Strict, E> {
+        Ok(Strict(Value::String(v.to_string())))
+    }
+    fn visit_string<E>(self, v: String) -> Result<Strict, E> {
+        Ok(Strict(Value::String(v)))
+    }
+    fn visit_unit<E>(self) -> Result<Strict, E> {
+        Ok(Strict(Value::Null))
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Strict, A::Error> {
+        let mut items = Vec::new();
+        while let Some(Strict(v)) = seq.next_element()? {
+            items.push(v);
+        }
+        Ok(Strict(Value::Array(items)))
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Strict, A::Error> {
+        let mut obj = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if obj.contains_key(&key) {
+                return Err(serde::de::Error::custom(format!(
+                    "{DUPLICATE_KEY} `{key}` in a JSON object"
+                )));
+            }
+            let Strict(v) = map.next_value()?;
+            obj.insert(key, v);
+        }
+        Ok(Strict(Value::Object(obj)))
     }
 }
 
@@ -234,10 +322,13 @@ impl Validator<'_> {
                 } else if flag != &Value::Bool(true) {
                     self.push("element #1: `_meta` must be `true`".into());
                 } else {
+                    self.unknown_fields(obj, META_FIELDS, "element #1 (`_meta`)");
                     meta = Some(self.meta(obj));
                 }
                 continue;
             }
+            let label = tool_label(n, obj);
+            self.unknown_fields(obj, GROUP_TOOL_FIELDS, &label);
             if let Some(t) = self.group_tool(n, obj) {
                 tools.push(t);
             }
@@ -310,18 +401,13 @@ impl Validator<'_> {
             return None;
         };
         let label = tool_label(n, obj);
-        for key in obj.keys() {
-            if !TOOL_FIELDS.contains(&key.as_str()) {
-                self.push(format!(
-                    "{label}: unknown field `{key}` (expected one of: {})",
-                    TOOL_FIELDS.join(", ")
-                ));
-            }
-        }
+        self.unknown_fields(obj, TOOL_FIELDS, &label);
         let schema = match obj.get("input_schema") {
             None => Some(default_schema()),
             Some(Value::Object(s)) if s.get("type") == Some(&Value::String("object".into())) => {
-                Some(Value::Object(s.clone()))
+                let schema = Value::Object(s.clone());
+                self.check_schema(&label, "input_schema", &schema)
+                    .then_some(schema)
             }
             Some(_) => {
                 self.push(format!(
@@ -356,7 +442,8 @@ impl Validator<'_> {
                     .get("required")
                     .is_none_or(|r| r.as_array().is_some_and(|a| a.iter().all(Value::is_string)));
                 if ok && props_ok && required_ok {
-                    Some(Value::Object(s))
+                    let schema = Value::Object(s);
+                    self.check_schema(&label, "parameters", &schema).then_some(schema)
                 } else {
                     self.push(format!(
                         "{label}: `parameters` must be {{\"properties\": {{...}}, \"required\": [names]}} (its type, if given, \"object\")"
@@ -399,7 +486,7 @@ impl Validator<'_> {
             self.push(format!("{label}: `description` is empty"));
         }
         let tier = match obj.get("tier") {
-            None => Some(Tier::Read),
+            None => Some(Tier::Unspecified),
             Some(v) => {
                 let t = v.as_str().and_then(Tier::parse);
                 if t.is_none() {
@@ -417,6 +504,49 @@ impl Validator<'_> {
             input_schema_json: serde_json::to_string(&schema?).ok()?,
             tier: tier?,
         })
+    }
+
+    /// Reports every key of `obj` not in `allowed`, so a typo (`"keywrods"`) is an error
+    /// instead of a silently missing field.
+    fn unknown_fields(&mut self, obj: &Map<String, Value>, allowed: &[&str], label: &str) {
+        for key in obj.keys() {
+            if !allowed.contains(&key.as_str()) {
+                let prefix = if label.is_empty() {
+                    String::new()
+                } else {
+                    format!("{label}: ")
+                };
+                self.push(format!(
+                    "{prefix}unknown field `{key}` (expected one of: {})",
+                    allowed.join(", ")
+                ));
+            }
+        }
+    }
+
+    /// A tool's input schema must be a valid JSON Schema (draft 2020-12 meta-schema) and its
+    /// `required` lists may name only properties it defines. Returns whether it passed.
+    fn check_schema(&mut self, label: &str, field: &str, schema: &Value) -> bool {
+        if let Err(e) = jsonschema::draft202012::meta::validate(schema) {
+            let at = e.instance_path().to_string();
+            let at = if at.is_empty() {
+                String::new()
+            } else {
+                format!(" at {at}")
+            };
+            self.push(format!(
+                "{label}: `{field}` is not a valid JSON Schema (draft 2020-12){at}: {e}"
+            ));
+            return false;
+        }
+        let mut missing = Vec::new();
+        undefined_required(schema, "", true, &mut missing);
+        for (at, name) in &missing {
+            self.push(format!(
+                "{label}: `{field}`{at} lists `{name}` in `required` but does not define it in `properties`"
+            ));
+        }
+        missing.is_empty()
     }
 
     fn string(&mut self, v: &Value, what: &str) -> Option<String> {
@@ -458,6 +588,74 @@ fn tool_label(n: usize, obj: &Map<String, Value>) -> String {
     match obj.get("name").and_then(Value::as_str) {
         Some(name) => format!("tool #{n} `{name}`"),
         None => format!("tool #{n}"),
+    }
+}
+
+/// Collects (location, name) for each `required` entry that names no property of its schema
+/// object. A nested schema is judged only where it lists `properties` itself (it may take its
+/// properties from elsewhere, e.g. `allOf`); the top level also when it lists none, unless it
+/// composes or opens its properties.
+fn undefined_required(schema: &Value, at: &str, top: bool, out: &mut Vec<(String, String)>) {
+    let Value::Object(obj) = schema else { return };
+    let open = [
+        "allOf",
+        "anyOf",
+        "oneOf",
+        "$ref",
+        "$dynamicRef",
+        "patternProperties",
+        "additionalProperties",
+        "if",
+        "dependentSchemas",
+        "unevaluatedProperties",
+    ]
+    .iter()
+    .any(|k| obj.contains_key(*k));
+    let props = obj.get("properties").and_then(Value::as_object);
+    if let Some(Value::Array(required)) = obj.get("required")
+        && (props.is_some() || (top && !open))
+    {
+        for name in required.iter().filter_map(Value::as_str) {
+            if !props.is_some_and(|p| p.contains_key(name)) {
+                let loc = if at.is_empty() {
+                    String::new()
+                } else {
+                    format!(" at {at}")
+                };
+                out.push((loc, name.to_string()));
+            }
+        }
+    }
+    for (key, value) in obj {
+        match key.as_str() {
+            "properties" | "$defs" | "definitions" | "patternProperties" | "dependentSchemas" => {
+                if let Value::Object(children) = value {
+                    for (name, child) in children {
+                        undefined_required(child, &format!("{at}/{key}/{name}"), false, out);
+                    }
+                }
+            }
+            "items"
+            | "additionalProperties"
+            | "not"
+            | "if"
+            | "then"
+            | "else"
+            | "contains"
+            | "unevaluatedItems"
+            | "unevaluatedProperties"
+            | "propertyNames" => {
+                undefined_required(value, &format!("{at}/{key}"), false, out);
+            }
+            "allOf" | "anyOf" | "oneOf" | "prefixItems" => {
+                if let Value::Array(children) = value {
+                    for (i, child) in children.iter().enumerate() {
+                        undefined_required(child, &format!("{at}/{key}/{i}"), false, out);
+                    }
+                }
+            }
+            _ => {}
+        }
     }
 }
 
@@ -1389,7 +1587,7 @@ mod tests {
                 keywords: vec![],
                 core: false,
                 fallback: true,
-                tools: vec![tool("t", "d", DEFAULT_SCHEMA, Tier::Read)],
+                tools: vec![tool("t", "d", DEFAULT_SCHEMA, Tier::Unspecified)],
                 source: "dir/ha.json".into(),
             }
         );
@@ -1555,7 +1753,7 @@ tools = [
                         "pihole_stats",
                         "Query statistics",
                         r#"{"type":"object","properties":{"days":{"type":"integer"}},"required":["days"]}"#,
-                        Tier::Read,
+                        Tier::Unspecified,
                     ),
                     tool("pihole_disable", "Disable blocking", DEFAULT_SCHEMA, Tier::Modify),
                 ],
@@ -1616,7 +1814,12 @@ tools = [
                 keywords: vec![],
                 core: false,
                 fallback: true,
-                tools: vec![tool("kuma_status", "Monitor status", DEFAULT_SCHEMA, Tier::Read)],
+                tools: vec![tool(
+                    "kuma_status",
+                    "Monitor status",
+                    DEFAULT_SCHEMA,
+                    Tier::Unspecified
+                )],
                 source: "tools/uptime_kuma.json".into(),
             }
         );
@@ -1634,7 +1837,7 @@ tools = [
     #[test]
     fn the_key_order_of_an_input_schema_is_preserved() {
         let schemas = [
-            r#"{"type":"object","required":["b"],"properties":{"z":{"type":"string"},"a":{"type":"number"}},"additionalProperties":false}"#,
+            r#"{"type":"object","required":["z"],"properties":{"z":{"type":"string"},"a":{"type":"number"}},"additionalProperties":false}"#,
             r#"{"properties":{"b":{"description":"second","type":"string"}},"type":"object","$schema":"x"}"#,
             r#"{"type":"object","properties":{"n":{"type":"integer","maximum":10,"minimum":1,"enum":[3,1,2]}}}"#,
         ];
@@ -1646,6 +1849,179 @@ tools = [
             // Whitespace in the file does not reach the rendered text.
             let spaced = text.replace(',', ", ").replace(':', ": ");
             assert_eq!(parsed("x.json", &spaced).tools[0].input_schema_json, schema);
+        }
+    }
+
+    #[test]
+    fn unknown_fields_in_a_group_array_meta_or_tool_element_are_rejected_by_name() {
+        assert_rejected(&[
+            (
+                "meta_typos.json",
+                r#"[{"_meta": true, "setings_keys": ["url"], "keywrods": ["x"]}]"#,
+                &[
+                    "element #1 (`_meta`): unknown field `setings_keys`",
+                    "element #1 (`_meta`): unknown field `keywrods`",
+                ][..],
+            ),
+            (
+                "tool_typo.json",
+                r#"[{"name": "t", "description": "d", "paramaters": {"properties": {}}}]"#,
+                &["tool #1 `t`: unknown field `paramaters`"],
+            ),
+            (
+                "native_field_in_group.json",
+                r#"[{"name": "t", "description": "d", "input_schema": {"type": "object"}}]"#,
+                &["tool #1 `t`: unknown field `input_schema`"],
+            ),
+        ]);
+        // The chat apps' own fields are carried without complaint.
+        assert_accepted(&[(
+            "app_fields.json",
+            r#"[{"_meta": true, "display_name": "X", "description": "d", "settings_keys": [], "keywords": ["x"], "core": false, "fallback": true},
+                {"name": "t", "description": "d", "tier": "read", "parameters": {"properties": {}},
+                 "function": "f", "timeoutSeconds": 5, "requiredPermissions": ["admin"]}]"#,
+        )]);
+    }
+
+    #[test]
+    fn an_input_schema_that_is_not_a_valid_json_schema_is_rejected() {
+        let native = |schema: &str| {
+            format!(
+                r#"{{"name": "x", "tools": [{{"name": "t", "description": "d", "input_schema": {schema}}}]}}"#
+            )
+        };
+        let group = |parameters: &str| {
+            format!(r#"[{{"name": "t", "description": "d", "parameters": {parameters}}}]"#)
+        };
+        let invalid: &[&str] = &["is not a valid JSON Schema (draft 2020-12)"];
+        let cases = [
+            ("properties_string.json", native(r#"{"type": "object", "properties": "oops"}"#)),
+            (
+                "bad_type.json",
+                native(r#"{"type": "object", "properties": {"a": {"type": "strnig"}}}"#),
+            ),
+            (
+                "min_string.json",
+                native(r#"{"type": "object", "properties": {"a": {"type": "string", "minLength": "3"}}}"#),
+            ),
+            (
+                "required_not_unique.json",
+                native(r#"{"type": "object", "properties": {"a": {}}, "required": ["a", "a"]}"#),
+            ),
+            (
+                "group_nested.json",
+                group(r#"{"properties": {"a": {"type": "array", "items": 5}}}"#),
+            ),
+            (
+                "schema.toml",
+                "name = \"x\"\n[[tools]]\nname = \"t\"\ndescription = \"d\"\ninput_schema = { type = \"object\", properties = { a = { type = 1 } } }\n".into(),
+            ),
+        ];
+        let table: Vec<(&str, &str, &[&str])> =
+            cases.iter().map(|(p, t)| (*p, t.as_str(), invalid)).collect();
+        assert_rejected(&table);
+    }
+
+    #[test]
+    fn a_required_name_that_the_schema_does_not_define_is_rejected() {
+        let native = |schema: &str| {
+            format!(
+                r#"{{"name": "x", "tools": [{{"name": "t", "description": "d", "input_schema": {schema}}}]}}"#
+            )
+        };
+        let group = |parameters: &str| {
+            format!(r#"[{{"name": "t", "description": "d", "parameters": {parameters}}}]"#)
+        };
+        assert_rejected(&[
+            (
+                "top.json",
+                &native(r#"{"type": "object", "properties": {"a": {}}, "required": ["a", "b"]}"#),
+                &["`input_schema` lists `b` in `required` but does not define it"],
+            ),
+            (
+                "no_properties.json",
+                &native(r#"{"type": "object", "required": ["a"]}"#),
+                &["lists `a` in `required`"],
+            ),
+            (
+                "nested.json",
+                &native(
+                    r#"{"type": "object", "properties": {"o": {"type": "object", "properties": {"x": {}}, "required": ["y"]}}}"#,
+                ),
+                &["`input_schema` at /properties/o lists `y` in `required`"],
+            ),
+            (
+                "group.json",
+                &group(r#"{"properties": {"days": {"type": "integer"}}, "required": ["dayz"]}"#),
+                &["`parameters` lists `dayz` in `required`"],
+            ),
+        ]);
+        // Properties may come from elsewhere where the schema composes them.
+        assert_accepted(&[(
+            "composed.json",
+            &native(r#"{"type": "object", "allOf": [{"properties": {"a": {}}}], "required": ["a"]}"#),
+        )]);
+    }
+
+    #[test]
+    fn a_duplicate_key_in_a_json_object_is_rejected_at_its_position() {
+        // (path, text, the key, (line, column)).
+        let cases: &[(&str, &str, &str, (usize, usize))] = &[
+            (
+                "top.json",
+                "{\n  \"name\": \"x\",\n  \"keywords\": [\"a\"],\n  \"keywords\": [\"b\"]\n}",
+                "keywords",
+                (4, 12),
+            ),
+            (
+                "tool.json",
+                r#"{"name": "x", "tools": [{"name": "t", "description": "d", "name": "u"}]}"#,
+                "name",
+                (1, 64),
+            ),
+            (
+                "schema.json",
+                r#"[{"name": "t", "description": "d", "parameters": {"properties": {"a": {}, "a": {}}}}]"#,
+                "a",
+                (1, 77),
+            ),
+        ];
+        for &(path, text, key, position) in cases {
+            let errors = load_errors(&[(path, text)]);
+            let shown = shown(&errors);
+            assert_eq!(errors.len(), 1, "{path}: one error expected:\n{shown}");
+            assert_eq!(errors[0].path, path, "{shown}");
+            assert_eq!(errors[0].position, Some(position), "{path}:\n{shown}");
+            assert!(
+                errors[0]
+                    .message
+                    .contains(&format!("duplicate key `{key}` in a JSON object")),
+                "{path}:\n{shown}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_tool_without_a_tier_is_unspecified_not_read() {
+        for (path, text) in [
+            (
+                "n.json",
+                r#"{"name": "x", "tools": [{"name": "t", "description": "d"}]}"#,
+            ),
+            ("g.json", r#"[{"name": "t", "description": "d"}]"#),
+            (
+                "n.toml",
+                "name = \"x\"\n[[tools]]\nname = \"t\"\ndescription = \"d\"\n",
+            ),
+        ] {
+            let tier = parsed(path, text).tools[0].tier;
+            assert_eq!(tier, Tier::Unspecified, "{path}");
+            assert_eq!(tier.as_str(), "", "{path}: reported as an empty string");
+            assert_eq!(
+                tier.effective(),
+                Tier::Destructive,
+                "{path}: decides as destructive"
+            );
         }
     }
 }

@@ -25,6 +25,10 @@ pub enum Tier {
     Modify,
     /// Deletes or otherwise loses data.
     Destructive,
+    /// The manifest gave no tier. Reported as `""`, and treated as [`Tier::Destructive`]
+    /// wherever a tier decides something (see [`Tier::effective`]): a client that
+    /// auto-approves read-only tools must never run an unlabelled one unasked.
+    Unspecified,
 }
 
 impl Tier {
@@ -34,6 +38,15 @@ impl Tier {
             Tier::Read => "read",
             Tier::Modify => "modify",
             Tier::Destructive => "destructive",
+            Tier::Unspecified => "",
+        }
+    }
+
+    /// The tier that decides what a tool may do: an unspecified tier counts as destructive.
+    pub fn effective(self) -> Tier {
+        match self {
+            Tier::Unspecified => Tier::Destructive,
+            t => t,
         }
     }
 
@@ -199,6 +212,20 @@ impl Registry {
     /// `Manifests` with every problem found: folders or files that cannot be read, and every
     /// problem in the files that can.
     pub fn load_dirs(dirs: &[PathBuf]) -> Result<Registry> {
+        let (registry, warnings) = Self::check_dirs(dirs);
+        for w in &warnings {
+            tracing::warn!(warning = %w, "manifest warning");
+        }
+        registry
+    }
+
+    /// As [`Registry::load_dirs`], and also what deserves a warning without failing: a folder
+    /// holding no manifest, a file skipped for its extension, and (when the manifests load) a
+    /// tool without a tier or a description over [`MAX_DESCRIPTION_CHARS`]. A folder named
+    /// twice (also through another spelling of its path) is read once.
+    pub fn check_dirs(dirs: &[PathBuf]) -> (Result<Registry>, Vec<ManifestError>) {
+        let mut warnings = Vec::new();
+        let mut seen_dirs = std::collections::HashSet::new();
         let mut sources = Vec::new();
         let mut unreadable = Vec::new();
         let mut problem = |path: &std::path::Path, what: &str, e: std::io::Error| {
@@ -209,6 +236,10 @@ impl Registry {
             });
         };
         for dir in dirs {
+            let identity = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.clone());
+            if !seen_dirs.insert(identity) {
+                continue;
+            }
             let entries = match std::fs::read_dir(dir) {
                 Ok(entries) => entries,
                 Err(e) => {
@@ -216,11 +247,25 @@ impl Registry {
                     continue;
                 }
             };
-            let mut paths: Vec<PathBuf> = entries
+            let mut files: Vec<PathBuf> = entries
                 .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| p.is_file() && manifest::Format::of(p).is_some())
+                .filter(|p| p.is_file())
                 .collect();
-            paths.sort();
+            files.sort();
+            let (paths, skipped): (Vec<PathBuf>, Vec<PathBuf>) =
+                files.into_iter().partition(|p| manifest::Format::of(p).is_some());
+            for path in &skipped {
+                warnings.push(warning(
+                    path.display().to_string(),
+                    "skipped: only *.json and *.toml files are manifests".into(),
+                ));
+            }
+            if paths.is_empty() {
+                warnings.push(warning(
+                    dir.display().to_string(),
+                    "the folder holds no manifest (*.json or *.toml)".into(),
+                ));
+            }
             for path in paths {
                 match std::fs::read_to_string(&path) {
                     Ok(text) => sources.push((path.display().to_string(), text)),
@@ -228,14 +273,50 @@ impl Registry {
                 }
             }
         }
-        match Self::from_sources(sources.iter().map(|(p, t)| (p.as_str(), t.as_str()))) {
+        let result = match Self::from_sources(sources.iter().map(|(p, t)| (p.as_str(), t.as_str()))) {
             Ok(registry) if unreadable.is_empty() => Ok(registry),
             Ok(_) => Err(crate::Error::Manifests(ManifestErrors(unreadable))),
             Err(ManifestErrors(mut errors)) => {
                 unreadable.append(&mut errors);
                 Err(crate::Error::Manifests(ManifestErrors(unreadable)))
             }
+        };
+        if let Ok(registry) = &result {
+            warnings.extend(registry.warnings());
         }
+        (result, warnings)
+    }
+
+    /// What the registry's manifests should fix but that does not stop them loading: a tool
+    /// without a tier (it counts as destructive) and a description over
+    /// [`MAX_DESCRIPTION_CHARS`] characters (the limit some LLM APIs put on it).
+    pub fn warnings(&self) -> Vec<ManifestError> {
+        let mut out = Vec::new();
+        for d in &self.domains {
+            let long = |what: &str, text: &str| {
+                let n = text.chars().count();
+                (n > MAX_DESCRIPTION_CHARS).then(|| {
+                    warning(
+                        d.source.clone(),
+                        format!("{what} has a description of {n} characters (over {MAX_DESCRIPTION_CHARS})"),
+                    )
+                })
+            };
+            out.extend(long(&format!("domain `{}`", d.name), &d.description));
+            for t in &d.tools {
+                if t.tier == Tier::Unspecified {
+                    out.push(warning(
+                        d.source.clone(),
+                        format!(
+                            "tool `{}` has no tier: it is reported as \"\" and treated as destructive",
+                            t.name
+                        ),
+                    ));
+                }
+                out.extend(long(&format!("tool `{}`", t.name), &t.description));
+            }
+        }
+        out
     }
 
     /// Parses and validates manifests given as (path, contents); the path's extension picks
@@ -321,6 +402,18 @@ impl Registry {
     }
 }
 
+/// Descriptions longer than this draw a warning from `check`: OpenAI refuses longer function
+/// descriptions.
+pub const MAX_DESCRIPTION_CHARS: usize = 1024;
+
+fn warning(path: String, message: String) -> ManifestError {
+    ManifestError {
+        path,
+        position: None,
+        message,
+    }
+}
+
 /// FNV-1a over every field that reaches a client, each length-prefixed. A fixed algorithm
 /// (not `DefaultHasher`, whose output may change between Rust releases) keeps versions stable
 /// across builds, so clients can cache schemas by version.
@@ -399,6 +492,72 @@ mod tests {
         domains[0].tools[0].description.push('!');
         let c = Registry::new(domains).unwrap();
         assert_ne!(a.version(), c.version());
+    }
+
+    #[test]
+    fn check_warns_about_missing_tiers_long_descriptions_empty_folders_and_skipped_files() {
+        let root = tempfile::tempdir().unwrap();
+        let (full, empty) = (root.path().join("full"), root.path().join("empty"));
+        std::fs::create_dir_all(&full).unwrap();
+        std::fs::create_dir_all(&empty).unwrap();
+        let long = "x".repeat(MAX_DESCRIPTION_CHARS + 1);
+        std::fs::write(
+            full.join("a.json"),
+            format!(
+                r#"{{"name": "a", "tools": [{{"name": "no_tier", "description": "d"}},
+                    {{"name": "wordy", "description": "{long}", "tier": "read"}},
+                    {{"name": "fine", "description": "{}", "tier": "read"}}]}}"#,
+                "y".repeat(MAX_DESCRIPTION_CHARS)
+            ),
+        )
+        .unwrap();
+        std::fs::write(full.join("README.md"), "notes").unwrap();
+        std::fs::write(full.join("b.yaml"), "name: b").unwrap();
+        let (registry, warnings) = Registry::check_dirs(&[full.clone(), empty.clone()]);
+        let registry = registry.expect("warnings do not fail the load");
+        assert_eq!(registry.tool_count(), 3);
+        let shown: Vec<String> = warnings.iter().map(ToString::to_string).collect();
+        let expect = [
+            (
+                full.join("README.md"),
+                "skipped: only *.json and *.toml files are manifests",
+            ),
+            (full.join("b.yaml"), "skipped"),
+            (empty.clone(), "the folder holds no manifest"),
+            (full.join("a.json"), "tool `no_tier` has no tier"),
+            (
+                full.join("a.json"),
+                "tool `wordy` has a description of 1025 characters (over 1024)",
+            ),
+        ];
+        assert_eq!(warnings.len(), expect.len(), "{shown:#?}");
+        for (path, text) in expect {
+            let path = path.display().to_string();
+            assert!(
+                warnings
+                    .iter()
+                    .any(|w| w.path == path && w.message.contains(text)),
+                "expected a warning on {path} containing {text:?}: {shown:#?}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_same_folder_given_twice_is_read_once() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("m");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("a.json"), r#"{"name": "a"}"#).unwrap();
+        let again = root.path().join("m/../m/");
+        let r = Registry::load_dirs(&[dir.clone(), dir.clone(), again]).expect("read once, no duplicate");
+        assert_eq!(r.domains().len(), 1);
+    }
+
+    #[test]
+    fn the_demo_registry_draws_no_warning() {
+        let r = Registry::demo();
+        let shown: Vec<String> = r.warnings().iter().map(ToString::to_string).collect();
+        assert!(shown.is_empty(), "{shown:#?}");
     }
 
     #[test]

@@ -6,6 +6,7 @@ mod faults;
 mod helpers;
 mod listing;
 mod load;
+mod operate;
 mod process;
 mod reload;
 mod route;

@@ -380,3 +380,159 @@ fn a_non_loopback_address_without_a_token_is_refused_with_what_to_do() {
         );
     }
 }
+
+/// `GET /metrics` from the metrics endpoint, as Prometheus would scrape it.
+fn scrape(addr: &str) -> String {
+    use std::io::{Read as _, Write as _};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(s, "GET /metrics HTTP/1.1\r\nhost: {addr}\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    assert!(out.starts_with("HTTP/1.1 200 OK"), "{out}");
+    out
+}
+
+/// The value of one sample line (`name{labels} value`), or 0 when absent.
+fn sample(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series).and_then(|rest| rest.trim().parse().ok()))
+        .unwrap_or(0.0)
+}
+
+#[tokio::test]
+async fn each_call_is_logged_once_without_its_text_and_counted_in_the_metrics() {
+    let dir = temp_dir();
+    set_settings(dir.path(), &[("qbittorrent_url", "http://nas:8080")]).await;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let metrics = format!("127.0.0.1:{port}");
+    let daemon = Daemon::start(dir.path(), &["--metrics-listen", &metrics]);
+    let before = scrape(&metrics);
+    let route_ok = r#"toolrouter_requests_total{code="OK",method="Route"}"#;
+    assert_eq!(sample(&before, route_ok), 0.0, "{before}");
+
+    let mut c = daemon.client().await;
+    let secret = "are my torrents seeding for secret-conversation?";
+    for _ in 0..2 {
+        c.route(RouteRequest {
+            message: secret.into(),
+            conversation_id: "user-42-private".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    }
+    c.route(RouteRequest {
+        message: "hello there".into(),
+        conversation_id: String::new(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let too_long = c
+        .route(RouteRequest {
+            message: "x".repeat(70_000),
+            conversation_id: String::new(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(too_long.code(), Code::InvalidArgument);
+    c.load_tool_group(LoadToolGroupRequest {
+        conversation_id: "user-42-private".into(),
+        group_name: "qbittorrent".into(),
+    })
+    .await
+    .unwrap();
+
+    let after = scrape(&metrics);
+    let checks = [
+        (route_ok, 3.0),
+        (
+            r#"toolrouter_requests_total{code="INVALID_ARGUMENT",method="Route"}"#,
+            1.0,
+        ),
+        (
+            r#"toolrouter_requests_total{code="OK",method="LoadToolGroup"}"#,
+            1.0,
+        ),
+        // Both turns hit the keyword (this message's own hit comes before stickiness).
+        (
+            r#"toolrouter_route_domains_total{domain="qbittorrent",reason="keyword"}"#,
+            2.0,
+        ),
+        (
+            r#"toolrouter_route_domains_total{domain="qbittorrent",reason="fallback"}"#,
+            1.0,
+        ),
+        (
+            r#"toolrouter_route_domains_total{domain="system",reason="core"}"#,
+            3.0,
+        ),
+        (r#"toolrouter_route_fallbacks_total"#, 1.0),
+        (r#"toolrouter_group_loads_total{group="qbittorrent"}"#, 1.0),
+        (
+            r#"toolrouter_request_duration_seconds_count{method="Route"}"#,
+            4.0,
+        ),
+        (r#"toolrouter_conversations_cached"#, 1.0),
+        (r#"toolrouter_registry_domains"#, 14.0),
+    ];
+    for (series, want) in checks {
+        assert_eq!(sample(&after, series), want, "{series}:\n{after}");
+    }
+    let version = toolrouter::registry::Registry::demo().version();
+    assert!(
+        after.contains(&format!(
+            "toolrouter_registry_info{{version=\"{version:016x}\"}} 1"
+        )),
+        "{after}"
+    );
+    for name in [
+        "toolrouter_settings_snapshot_age_seconds",
+        "toolrouter_database_errors_total",
+    ] {
+        assert!(after.contains(&format!("# TYPE {name}")), "{name}:\n{after}");
+    }
+
+    // The log: one info line per call with method, code and latency; the Route summary; a
+    // hash of the conversation id; never the message or the id; failures with their cause.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let log = daemon.log();
+    let lines: Vec<serde_json::Value> = log.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    let calls: Vec<&serde_json::Value> = lines
+        .iter()
+        .filter(|v| v["fields"]["message"] == "call" && v["fields"]["method"] == "Route")
+        .collect();
+    assert_eq!(calls.len(), 3, "{log}");
+    let first = &calls[0]["fields"];
+    assert_eq!(calls[0]["level"], "INFO", "{log}");
+    assert_eq!(first["code"], "OK");
+    assert!(first["latency_ms"].as_f64().is_some(), "{first}");
+    assert_eq!(
+        first["conversation"],
+        toolrouter::telemetry::conversation_hash("user-42-private")
+    );
+    assert_eq!(first["domains"], "system:core,qbittorrent:keyword", "{first}");
+    assert_eq!(first["fallback"], false, "{first}");
+    let failed: Vec<&serde_json::Value> = lines
+        .iter()
+        .filter(|v| v["fields"]["message"] == "call failed")
+        .collect();
+    assert_eq!(failed.len(), 1, "{log}");
+    assert_eq!(failed[0]["fields"]["code"], "INVALID_ARGUMENT");
+    assert!(
+        failed[0]["fields"]["cause"]
+            .as_str()
+            .unwrap()
+            .contains("max_message_bytes"),
+        "{log}"
+    );
+    for secret in ["torrents seeding", "user-42-private", "hello there", "\u{1b}["] {
+        assert!(!log.contains(secret), "the log carries {secret:?}:\n{log}");
+    }
+}

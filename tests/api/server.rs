@@ -57,6 +57,49 @@ async fn reflection_lists_the_tool_router_service() {
         names.contains(&"toolrouter.v1.ToolRouter".to_string()),
         "{names:?}"
     );
+    assert!(names.contains(&"grpc.health.v1.Health".to_string()), "{names:?}");
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn gzip_requests_and_answers_work_and_oversized_messages_get_the_documented_codes() {
+    use tonic::codec::CompressionEncoding::Gzip;
+    use toolrouter::proto::{RouteRequest, tool_router_client::ToolRouterClient};
+    let dir = temp_dir();
+    let app = spawn_app(config(dir.path())).await;
+    let mut client = ToolRouterClient::new(channel(&app).await)
+        .send_compressed(Gzip)
+        .accept_compressed(Gzip)
+        .max_decoding_message_size(64 * 1024 * 1024);
+    let route = |message: String| RouteRequest {
+        message,
+        conversation_id: String::new(),
+        ..Default::default()
+    };
+    let r = client.route(route("check the disk space".into())).await.unwrap();
+    assert_eq!(
+        r.metadata().get("grpc-encoding").map(|v| v.to_str().unwrap()),
+        Some("gzip")
+    );
+    assert!(!r.into_inner().tools.is_empty());
+    // Over the field limit, under the transport limit: the field limit is named. Compressed
+    // and not.
+    let plain = ToolRouterClient::new(channel(&app).await);
+    for mut c in [client.clone(), plain.clone()] {
+        for size in [65_537, 70_000, 1_000_000] {
+            let e = c.route(route("x".repeat(size))).await.unwrap_err();
+            assert_eq!(e.code(), tonic::Code::InvalidArgument, "{size}: {e:?}");
+            assert!(e.message().contains("65536"), "{size}: {e:?}");
+        }
+        // Over the transport limit.
+        let e = c.route(route("x".repeat(5 * 1024 * 1024))).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e:?}");
+        // The plain request gets this daemon's text; tonic's decompressor names the limit.
+        assert!(
+            e.message().contains("transport limit of 4194304 bytes") || e.message().contains("4194304 bytes"),
+            "{e:?}"
+        );
+    }
     app.stop().await;
 }
 

@@ -1,0 +1,472 @@
+//! What an operator sees of the calls: one log line per RPC and the Prometheus metrics.
+//!
+//! [`CallLog`] is a tower layer around every service. For each call it logs, at info, the
+//! method, the gRPC status code and the latency, plus what the handler summarised in a
+//! [`CallSummary`] response extension (for `Route`: tools sent, domains with reasons, whether
+//! it was a fallback; a short hash of the conversation id, never the message). A failed call
+//! is logged at warn with its cause (the status message). The same observations feed the
+//! [`Metrics`], which `--metrics-listen` serves in the Prometheus text format.
+//!
+//! Metrics are built with the `prometheus` crate (the Prometheus project's Rust client): each
+//! daemon owns its own registry, so several servers in one process (the tests) keep separate
+//! counts, and the text exposition is the library's, not hand-written.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, LazyLock};
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use prometheus::{
+    Encoder as _, Gauge, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder,
+};
+use tonic::codegen::http;
+use tower_service::Service;
+
+use crate::state::State;
+
+/// What a handler tells the call log and the metrics about its answer, as a response
+/// extension.
+#[derive(Debug, Clone, Default)]
+pub struct CallSummary {
+    /// A short hash of the conversation id ([`conversation_hash`]).
+    pub conversation: Option<String>,
+    /// Tools sent (`Route`, `LoadToolGroup`).
+    pub tools: Option<usize>,
+    /// `Route`: each included domain and its reason (`core`, `keyword`, ...).
+    pub domains: Vec<(String, &'static str)>,
+    /// `Route`: whether the answer was the fallback.
+    pub fallback: Option<bool>,
+    /// `LoadToolGroup`: the group loaded.
+    pub group: Option<String>,
+}
+
+/// A short, stable hash of a conversation id (FNV-1a, 8 hex digits): enough to follow one
+/// conversation through the log without writing the id (which may be a user id) itself.
+pub fn conversation_hash(id: &str) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in id.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("{:08x}", h >> 32)
+}
+
+/// Database faults seen by any daemon in this process (a statement failed, the file was
+/// missing or locked past the busy timeout). Process-wide because the store reports them
+/// from below the service; each daemon's registry exposes it.
+pub static DATABASE_ERRORS: LazyLock<IntCounter> = LazyLock::new(|| {
+    // The name and help are static and valid, so this cannot fail.
+    IntCounter::new(
+        "toolrouter_database_errors_total",
+        "Database operations that failed (unreadable settings table, failed writes, missing file).",
+    )
+    .expect("valid metric")
+});
+
+/// The daemon's metrics. Cloning is shallow.
+#[derive(Clone)]
+pub struct Metrics {
+    inner: Arc<MetricsInner>,
+}
+
+struct MetricsInner {
+    registry: Registry,
+    requests: IntCounterVec,
+    latency: HistogramVec,
+    route_domains: IntCounterVec,
+    route_fallbacks: IntCounter,
+    loads: IntCounterVec,
+    settings_age: Gauge,
+    conversations: IntGauge,
+    registry_info: IntGaugeVec,
+    registry_domains: IntGauge,
+    registry_tools: IntGauge,
+}
+
+impl Metrics {
+    /// A fresh registry with every metric registered.
+    ///
+    /// # Panics
+    /// Never in practice: names, labels and buckets are constants checked by the tests.
+    pub fn new() -> Metrics {
+        let registry = Registry::new();
+        macro_rules! reg {
+            ($m:expr) => {{
+                let m = $m.expect("valid metric");
+                registry
+                    .register(Box::new(m.clone()))
+                    .expect("registered once");
+                m
+            }};
+        }
+        let requests = reg!(IntCounterVec::new(
+            Opts::new(
+                "toolrouter_requests_total",
+                "gRPC calls by method and status code."
+            ),
+            &["method", "code"]
+        ));
+        let latency = reg!(HistogramVec::new(
+            HistogramOpts::new(
+                "toolrouter_request_duration_seconds",
+                "Time from receiving a call to its answer, by method."
+            )
+            .buckets(vec![
+                0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+                0.5, 1.0, 2.5, 5.0, 10.0
+            ]),
+            &["method"]
+        ));
+        let route_domains = reg!(IntCounterVec::new(
+            Opts::new(
+                "toolrouter_route_domains_total",
+                "Domains included in Route answers, by domain and reason (core, keyword, sticky, loaded, fallback)."
+            ),
+            &["domain", "reason"]
+        ));
+        let route_fallbacks = reg!(IntCounter::new(
+            "toolrouter_route_fallbacks_total",
+            "Route answers that were the fallback (nothing routed the message); divide by \
+             toolrouter_requests_total{method=\"Route\",code=\"OK\"} for the fallback rate."
+        ));
+        let loads = reg!(IntCounterVec::new(
+            Opts::new(
+                "toolrouter_group_loads_total",
+                "Successful LoadToolGroup calls, by group."
+            ),
+            &["group"]
+        ));
+        let settings_age = reg!(Gauge::new(
+            "toolrouter_settings_snapshot_age_seconds",
+            "Age of the settings snapshot the daemon routes with."
+        ));
+        let conversations = reg!(IntGauge::new(
+            "toolrouter_conversations_cached",
+            "Conversations held in memory."
+        ));
+        let registry_info = reg!(IntGaugeVec::new(
+            Opts::new(
+                "toolrouter_registry_info",
+                "1 for the registry being served, labelled with its version (16 hex digits)."
+            ),
+            &["version"]
+        ));
+        let registry_domains = reg!(IntGauge::new(
+            "toolrouter_registry_domains",
+            "Domains in the registry."
+        ));
+        let registry_tools = reg!(IntGauge::new(
+            "toolrouter_registry_tools",
+            "Tools in the registry."
+        ));
+        registry
+            .register(Box::new(DATABASE_ERRORS.clone()))
+            .expect("registered once per registry");
+        Metrics {
+            inner: Arc::new(MetricsInner {
+                registry,
+                requests,
+                latency,
+                route_domains,
+                route_fallbacks,
+                loads,
+                settings_age,
+                conversations,
+                registry_info,
+                registry_domains,
+                registry_tools,
+            }),
+        }
+    }
+
+    fn observe(&self, method: &str, code: &str, seconds: f64, summary: Option<&CallSummary>) {
+        let m = &self.inner;
+        m.requests.with_label_values(&[method, code]).inc();
+        m.latency.with_label_values(&[method]).observe(seconds);
+        let Some(s) = summary else { return };
+        for (domain, reason) in &s.domains {
+            m.route_domains
+                .with_label_values(&[domain.as_str(), reason])
+                .inc();
+        }
+        if s.fallback == Some(true) {
+            m.route_fallbacks.inc();
+        }
+        if let Some(group) = &s.group {
+            m.loads.with_label_values(&[group.as_str()]).inc();
+        }
+    }
+
+    /// The Prometheus text exposition, with the gauges read from `state` now.
+    pub async fn render(&self, state: &State) -> String {
+        let m = &self.inner;
+        let d = state.describe();
+        m.settings_age.set(d.settings_age.as_secs_f64());
+        m.conversations
+            .set(i64::try_from(state.conversations_cached().await).unwrap_or(i64::MAX));
+        m.registry_info.reset();
+        m.registry_info
+            .with_label_values(&[format!("{:016x}", d.registry_version).as_str()])
+            .set(1);
+        m.registry_domains
+            .set(i64::try_from(d.domains).unwrap_or(i64::MAX));
+        m.registry_tools.set(i64::try_from(d.tools).unwrap_or(i64::MAX));
+        let mut out = Vec::new();
+        // Encoding into a Vec cannot fail for well-formed metrics.
+        let _ = TextEncoder::new().encode(&m.registry.gather(), &mut out);
+        String::from_utf8(out).unwrap_or_default()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+/// Serves `GET /metrics` on `listener` until `shutdown` resolves. A deliberately small
+/// HTTP/1.1 responder: one request per connection, anything else is 404.
+pub async fn serve_metrics(
+    listener: tokio::net::TcpListener,
+    metrics: Metrics,
+    state: State,
+    shutdown: impl Future<Output = ()> + Send,
+) {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    tokio::pin!(shutdown);
+    loop {
+        let (mut stream, _) = tokio::select! {
+            () = &mut shutdown => return,
+            accepted = listener.accept() => match accepted {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::warn!(error = %e, "metrics endpoint: accept failed");
+                    continue;
+                }
+            },
+        };
+        let (metrics, state) = (metrics.clone(), state.clone());
+        tokio::spawn(async move {
+            let mut buf = vec![0u8; 4096];
+            let mut len = 0;
+            // Read the request head (bounded, with a deadline, so a silent peer costs nothing).
+            let read = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+                while len < buf.len() {
+                    match stream.read(&mut buf[len..]).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => len += n,
+                    }
+                    if buf[..len].windows(4).any(|w| w == b"\r\n\r\n") {
+                        break;
+                    }
+                }
+            })
+            .await;
+            if read.is_err() {
+                return;
+            }
+            let head = String::from_utf8_lossy(&buf[..len]);
+            let path = head.split_whitespace().nth(1).unwrap_or("");
+            let (status, body) =
+                if head.starts_with("GET ") && (path == "/metrics" || path.starts_with("/metrics?")) {
+                    ("200 OK", metrics.render(&state).await)
+                } else {
+                    ("404 Not Found", "try /metrics\n".to_string())
+                };
+            let response = format!(
+                "HTTP/1.1 {status}\r\ncontent-type: text/plain; version=0.0.4; charset=utf-8\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = stream.write_all(response.as_bytes()).await;
+            let _ = stream.shutdown().await;
+        });
+    }
+}
+
+/// The tower layer that logs and measures every call.
+#[derive(Clone)]
+pub struct CallLog {
+    metrics: Metrics,
+}
+
+impl CallLog {
+    /// Logs every call and records it in `metrics`.
+    pub fn new(metrics: Metrics) -> CallLog {
+        CallLog { metrics }
+    }
+}
+
+impl<S> tower_layer::Layer<S> for CallLog {
+    type Service = Logged<S>;
+
+    fn layer(&self, inner: S) -> Logged<S> {
+        Logged {
+            inner,
+            metrics: self.metrics.clone(),
+        }
+    }
+}
+
+/// A service whose calls are logged and measured.
+#[derive(Clone)]
+pub struct Logged<S> {
+    inner: S,
+    metrics: Metrics,
+}
+
+type BoxFuture<T, E> = Pin<Box<dyn Future<Output = Result<T, E>> + Send>>;
+
+impl<S, B, R> Service<http::Request<B>> for Logged<S>
+where
+    S: Service<http::Request<B>, Response = http::Response<R>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: std::fmt::Display,
+    B: Send + 'static,
+    R: Send + 'static,
+{
+    type Response = http::Response<R>;
+    type Error = S::Error;
+    type Future = BoxFuture<Self::Response, Self::Error>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        // The readied service serves this call; a fresh clone waits for the next one.
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let metrics = self.metrics.clone();
+        let path = request.uri().path().to_string();
+        Box::pin(async move {
+            let started = Instant::now();
+            let mut result = inner.call(request).await;
+            if let Ok(response) = &mut result {
+                over_transport_limit_is_resource_exhausted(response);
+            }
+            let elapsed = started.elapsed();
+            // `/toolrouter.v1.ToolRouter/Route` -> `Route`; other services keep their full path.
+            let method = path
+                .strip_prefix("/toolrouter.v1.ToolRouter/")
+                .unwrap_or(&path)
+                .to_string();
+            let latency_ms = elapsed.as_secs_f64() * 1000.0;
+            match &result {
+                Ok(response) => {
+                    // A unary error is a trailers-only answer: its status is in the headers.
+                    // Without one the call succeeded (OK travels in the trailers).
+                    let status = tonic::Status::from_header_map(response.headers());
+                    let code = status.as_ref().map_or(tonic::Code::Ok, tonic::Status::code);
+                    let code_name = code_name(code);
+                    let summary = response.extensions().get::<CallSummary>();
+                    metrics.observe(&method, code_name, elapsed.as_secs_f64(), summary);
+                    if let Some(status) = status.filter(|s| s.code() != tonic::Code::Ok) {
+                        tracing::warn!(
+                            method = %method,
+                            code = code_name,
+                            latency_ms,
+                            cause = %status.message(),
+                            "call failed"
+                        );
+                    } else if method.starts_with("/grpc.") {
+                        // Health probes and reflection are frequent and say little.
+                        tracing::debug!(method = %method, code = code_name, latency_ms, "call");
+                    } else {
+                        let s = summary.cloned().unwrap_or_default();
+                        let domains: Vec<String> =
+                            s.domains.iter().map(|(d, r)| format!("{d}:{r}")).collect();
+                        tracing::info!(
+                            method = %method,
+                            code = code_name,
+                            latency_ms,
+                            conversation = s.conversation.as_deref().unwrap_or(""),
+                            tools = s.tools.unwrap_or(0),
+                            domains = %domains.join(","),
+                            fallback = s.fallback.unwrap_or(false),
+                            group = s.group.as_deref().unwrap_or(""),
+                            "call"
+                        );
+                    }
+                }
+                Err(e) => {
+                    metrics.observe(&method, "TRANSPORT_ERROR", elapsed.as_secs_f64(), None);
+                    tracing::warn!(method = %method, latency_ms, cause = %e, "call failed in transport");
+                }
+            }
+            result
+        })
+    }
+}
+
+/// tonic refuses a request over the decoding limit with `OUT_OF_RANGE`; gRPC's own servers
+/// (and this daemon's documentation) answer `RESOURCE_EXHAUSTED` for a message larger than
+/// the transport accepts, so that is what the caller gets.
+fn over_transport_limit_is_resource_exhausted<R>(response: &mut http::Response<R>) {
+    let headers = response.headers_mut();
+    let over = headers.get("grpc-status").is_some_and(|v| v == "11")
+        && headers
+            .get("grpc-message")
+            .and_then(|m| m.to_str().ok())
+            .is_some_and(|m| {
+                m.contains("message%20length%20too%20large") || m.contains("message length too large")
+            });
+    if over {
+        let message = format!(
+            "The request is over the transport limit of {} bytes.",
+            crate::server::TRANSPORT_LIMIT_BYTES
+        );
+        headers.insert("grpc-status", http::HeaderValue::from_static("8"));
+        if let Ok(v) = http::HeaderValue::from_str(&message.replace(' ', "%20")) {
+            headers.insert("grpc-message", v);
+        }
+    }
+}
+
+/// The canonical upper-snake name of a gRPC status code (as in the gRPC docs and grpcurl).
+pub fn code_name(code: tonic::Code) -> &'static str {
+    use tonic::Code::*;
+    match code {
+        Ok => "OK",
+        Cancelled => "CANCELLED",
+        Unknown => "UNKNOWN",
+        InvalidArgument => "INVALID_ARGUMENT",
+        DeadlineExceeded => "DEADLINE_EXCEEDED",
+        NotFound => "NOT_FOUND",
+        AlreadyExists => "ALREADY_EXISTS",
+        PermissionDenied => "PERMISSION_DENIED",
+        ResourceExhausted => "RESOURCE_EXHAUSTED",
+        FailedPrecondition => "FAILED_PRECONDITION",
+        Aborted => "ABORTED",
+        OutOfRange => "OUT_OF_RANGE",
+        Unimplemented => "UNIMPLEMENTED",
+        Internal => "INTERNAL",
+        Unavailable => "UNAVAILABLE",
+        DataLoss => "DATA_LOSS",
+        Unauthenticated => "UNAUTHENTICATED",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_conversation_hash_is_short_stable_and_not_the_id() {
+        let h = conversation_hash("user-42");
+        assert_eq!(h.len(), 8);
+        assert_eq!(h, conversation_hash("user-42"));
+        assert_ne!(h, conversation_hash("user-43"));
+        assert!(!h.contains("user"));
+    }
+
+    #[test]
+    fn every_metric_registers() {
+        let a = Metrics::new();
+        let b = Metrics::new();
+        a.observe("Route", "OK", 0.001, None);
+        assert_eq!(a.inner.requests.with_label_values(&["Route", "OK"]).get(), 1);
+        assert_eq!(b.inner.requests.with_label_values(&["Route", "OK"]).get(), 0);
+    }
+}

@@ -1,0 +1,457 @@
+//! Operating the daemon from the command line: `host:port` addresses, timeouts against a
+//! daemon that never answers, `--json` as protobuf's canonical JSON mapping, `reset`,
+//! `describe`, exit codes, and `settings` refusing to write a database the daemon does not use.
+
+use std::path::Path;
+use std::process::Output;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use toolrouter::config::Config;
+use toolrouter::registry::Registry;
+
+use crate::helpers::{config, manifest_dir, spawn_app, spawn_app_with, temp_dir};
+
+const BIN: &str = env!("CARGO_BIN_EXE_toolrouter");
+
+/// Runs the binary with `args` (and no `TOOLROUTER_*` variables from the caller's
+/// environment), in `cwd`.
+async fn run(cwd: &Path, args: &[&str]) -> Output {
+    let mut cmd = tokio::process::Command::new(BIN);
+    cmd.args(args).current_dir(cwd);
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("TOOLROUTER_") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.kill_on_drop(true).output().await.unwrap()
+}
+
+fn shown(out: &Output) -> String {
+    format!(
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+fn json_of(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("not JSON ({e}):\n{}", shown(out)))
+}
+
+#[tokio::test]
+async fn client_commands_take_host_and_port_and_print_canonical_protobuf_json() {
+    let dir = temp_dir();
+    let mut app = spawn_app(config(dir.path())).await;
+    app.set("qbittorrent_url", "http://nas:8080").await;
+    let addr = app.addr.to_string(); // host:port, no scheme
+    let out = run(
+        dir.path(),
+        &["route", "--addr", &addr, "--json", "are my torrents seeding?"],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", shown(&out));
+    let v = json_of(&out);
+    // 64-bit integers are strings (JavaScript and jq 1.6 would round a number).
+    let version = v["registryVersion"].as_str().unwrap_or_else(|| panic!("{v}"));
+    assert_eq!(version, Registry::demo().version().to_string());
+    // Enums by name, field names in lowerCamelCase, the schema as the JSON text it is.
+    let reasons: Vec<&str> = v["domains"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["reason"].as_str().unwrap())
+        .collect();
+    assert_eq!(reasons, ["REASON_CORE", "REASON_KEYWORD"], "{v}");
+    assert_eq!(v["domains"][1]["matchedKeywords"][0], "torrent", "{v}");
+    assert!(v["tools"][1]["inputSchemaJson"].is_string(), "{v}");
+    assert!(v.get("registry_version").is_none(), "no private shape: {v}");
+
+    for args in [
+        &["groups", "--json"][..],
+        &["tools", "--json"],
+        &["invalidate", "--json"],
+        &["describe", "--json"],
+        &["load", "--conversation", "c", "--json", "sonarr"],
+    ] {
+        let mut full = args.to_vec();
+        full.extend(["--addr", &addr]);
+        let out = run(dir.path(), &full).await;
+        // sonarr is not configured: a runtime failure, exit 1, with no JSON on stdout.
+        if args[0] == "load" {
+            assert_eq!(out.status.code(), Some(1), "{}", shown(&out));
+            continue;
+        }
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", shown(&out));
+        let v = json_of(&out);
+        assert!(v.is_object(), "{args:?}: {v}");
+        if let Some(version) = v.get("registryVersion") {
+            assert!(version.is_string(), "{args:?}: {v}");
+        }
+    }
+    // A URL still works.
+    let out = run(dir.path(), &["groups", "--addr", &format!("http://{addr}")]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", shown(&out));
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_port_that_accepts_and_never_answers_ends_each_client_command_with_exit_1() {
+    let dir = temp_dir();
+    // Accepts connections and never says a word.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for s in listener.incoming() {
+            held.push(s);
+        }
+    });
+    let cases: &[(&[&str], Duration)] = &[
+        (&["health"], Duration::from_secs(1)),
+        (&["groups", "--timeout", "1s"], Duration::from_secs(1)),
+        (&["route", "--timeout", "500ms", "hi"], Duration::from_millis(500)),
+        (
+            &["reset", "--conversation", "c", "--timeout", "1s"],
+            Duration::from_secs(1),
+        ),
+        (&["describe", "--timeout", "1s"], Duration::from_secs(1)),
+    ];
+    for (args, limit) in cases {
+        let mut full = args.to_vec();
+        full.extend(["--addr", &addr]);
+        let started = Instant::now();
+        let out = tokio::time::timeout(Duration::from_secs(20), run(dir.path(), &full))
+            .await
+            .unwrap_or_else(|_| panic!("{args:?} hung"));
+        let took = started.elapsed();
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {}", shown(&out));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains(&format!("no answer from {addr} within")),
+            "{args:?}: {stderr}"
+        );
+        assert!(took < *limit + Duration::from_secs(3), "{args:?} took {took:?}");
+    }
+}
+
+#[tokio::test]
+async fn serve_listens_on_a_host_name() {
+    let dir = temp_dir();
+    let out = run(
+        dir.path(),
+        &["serve", "--listen", "localhost:50061", "--print-config"],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", shown(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("listen = \"127.0.0.1:50061\"") || stdout.contains("listen = \"[::1]:50061\""),
+        "{stdout}"
+    );
+    let file = dir.path().join("c.toml");
+    std::fs::write(&file, "listen = \"localhost:50062\"\n").unwrap();
+    let out = run(
+        dir.path(),
+        &["serve", "--print-config", "--config", file.to_str().unwrap()],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", shown(&out));
+    let out = run(
+        dir.path(),
+        &["serve", "--listen", "no-such-host.invalid:1", "--print-config"],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(2), "{}", shown(&out));
+}
+
+#[tokio::test]
+async fn reset_forgets_a_conversation() {
+    let dir = temp_dir();
+    let mut app = spawn_app(config(dir.path())).await;
+    app.set("sonarr_url", "http://nas:8989").await;
+    app.load("c1", "sonarr").await.unwrap();
+    let loaded = |r: &toolrouter::proto::RouteResponse| r.domains.iter().any(|d| d.domain == "sonarr");
+    assert!(loaded(&app.route("thanks", "c1").await));
+    let out = run(
+        dir.path(),
+        &["reset", "--conversation", "c1", "--addr", &app.addr.to_string()],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", shown(&out));
+    let r = app.route("thanks", "c1").await;
+    assert!(
+        r.domains
+            .iter()
+            .all(|d| d.domain != "sonarr" || d.reason == toolrouter::proto::Reason::Fallback as i32),
+        "{r:?}"
+    );
+    let out = run(
+        dir.path(),
+        &["reset", "--conversation", " ", "--addr", &app.addr.to_string()],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(1), "{}", shown(&out));
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_refused_reload_exits_2_and_a_good_one_0() {
+    let dir = temp_dir();
+    let folder = manifest_dir(dir.path(), "m", &[("a.json", r#"{"name":"a"}"#)]);
+    let c = Config {
+        manifests: vec![folder.clone()],
+        ..config(dir.path())
+    };
+    let registry = Registry::load_dirs(&c.manifests).unwrap();
+    let app = spawn_app_with(c, registry).await;
+    let addr = app.addr.to_string();
+    let out = run(dir.path(), &["reload", "--addr", &addr]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", shown(&out));
+    std::fs::write(folder.join("b.json"), r#"[{"_meta": true, "keywrods": ["x"]}]"#).unwrap();
+    let out = run(dir.path(), &["reload", "--addr", &addr]).await;
+    assert_eq!(out.status.code(), Some(2), "{}", shown(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("unknown field `keywrods`"),
+        "{}",
+        shown(&out)
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn describe_names_the_daemons_database_and_registry() {
+    let dir = temp_dir();
+    let app = spawn_app(config(dir.path())).await;
+    let out = run(
+        dir.path(),
+        &["describe", "--json", "--addr", &app.addr.to_string()],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", shown(&out));
+    let v = json_of(&out);
+    let db = std::fs::canonicalize(dir.path().join("toolrouter.db")).unwrap();
+    assert_eq!(v["databasePath"], db.display().to_string(), "{v}");
+    assert_eq!(v["version"], env!("CARGO_PKG_VERSION"), "{v}");
+    let demo = Registry::demo();
+    assert_eq!(v["registryVersion"], demo.version().to_string(), "{v}");
+    assert_eq!(v["domains"], demo.domains().len(), "{v}");
+    assert_eq!(v["tools"], demo.tool_count(), "{v}");
+    assert!(v["uptimeSeconds"].as_f64().is_some_and(|s| s >= 0.0), "{v}");
+    assert!(v["configToml"].as_str().unwrap().contains("settings_ttl"), "{v}");
+    // Human output too.
+    let out = run(dir.path(), &["describe", "--addr", &app.addr.to_string()]).await;
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains(&db.display().to_string()),
+        "{}",
+        shown(&out)
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn settings_writes_the_daemons_database_and_refuses_another_one() {
+    let dir = temp_dir();
+    let mut app = spawn_app(config(dir.path())).await;
+    let addr = app.addr.to_string();
+    // The command runs elsewhere, where `./toolrouter.db` is another file.
+    let elsewhere = temp_dir();
+    let out = run(
+        elsewhere.path(),
+        &[
+            "settings",
+            "--addr",
+            &addr,
+            "set",
+            "qbittorrent_url",
+            "http://nas:8080",
+        ],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", shown(&out));
+    assert!(
+        !elsewhere.path().join("toolrouter.db").exists(),
+        "no stray database"
+    );
+    let r = app.route("torrent", "").await;
+    assert!(
+        r.domains.iter().any(|d| d.domain == "qbittorrent"),
+        "the daemon's database was written: {r:?}"
+    );
+
+    // Naming another database is refused, and creates nothing.
+    let other = elsewhere.path().join("other.db");
+    let other_url = format!("sqlite://{}", other.display());
+    for args in [
+        &[
+            "settings",
+            "--addr",
+            &addr,
+            "--database",
+            &other_url,
+            "set",
+            "k",
+            "v",
+        ][..],
+        &[
+            "settings",
+            "--addr",
+            &addr,
+            "--database",
+            &other_url,
+            "--create",
+            "unset",
+            "k",
+        ],
+    ] {
+        let out = run(elsewhere.path(), args).await;
+        assert_eq!(out.status.code(), Some(2), "{}", shown(&out));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("uses") && stderr.contains("--force"), "{stderr}");
+        assert!(!other.exists(), "{args:?} created the other database");
+    }
+    // --force --create writes it anyway.
+    let out = run(
+        elsewhere.path(),
+        &[
+            "settings",
+            "--addr",
+            &addr,
+            "--database",
+            &other_url,
+            "--force",
+            "--create",
+            "set",
+            "k",
+            "v",
+        ],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", shown(&out));
+    assert!(other.exists());
+
+    // `list --json` shows the daemon's settings.
+    let out = run(elsewhere.path(), &["settings", "--addr", &addr, "list", "--json"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", shown(&out));
+    assert_eq!(json_of(&out)["settings"]["qbittorrent_url"], "http://nas:8080");
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn settings_refuses_a_database_that_does_not_exist_unless_create() {
+    let dir = temp_dir();
+    let missing = dir.path().join("nonexist").join("x.db");
+    let url = format!("sqlite://{}", missing.display());
+    let fresh = dir.path().join("fresh.db");
+    let fresh_url = format!("sqlite://{}", fresh.display());
+    // No daemon listens on port 1.
+    let out = run(
+        dir.path(),
+        &["settings", "--addr", "127.0.0.1:1", "--database", &url, "list"],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(2), "{}", shown(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("does not exist"),
+        "{}",
+        shown(&out)
+    );
+    assert!(!missing.exists());
+    let out = run(
+        dir.path(),
+        &[
+            "settings",
+            "--addr",
+            "127.0.0.1:1",
+            "--database",
+            &fresh_url,
+            "set",
+            "k",
+            "v",
+        ],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(2), "{}", shown(&out));
+    assert!(!fresh.exists());
+    let out = run(
+        dir.path(),
+        &[
+            "settings",
+            "--addr",
+            "127.0.0.1:1",
+            "--database",
+            &fresh_url,
+            "--create",
+            "set",
+            "k",
+            "v",
+        ],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", shown(&out));
+    assert!(fresh.exists());
+}
+
+#[tokio::test]
+async fn check_json_lists_errors_and_warnings_with_positions() {
+    let dir = temp_dir();
+    let folder = manifest_dir(
+        dir.path(),
+        "m",
+        &[
+            (
+                "a.json",
+                r#"{"name":"a","tools":[{"name":"t","description":"d"}]}"#,
+            ),
+            ("notes.txt", "hello"),
+        ],
+    );
+    let f = folder.to_str().unwrap();
+    let out = run(dir.path(), &["check", "--json", f]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", shown(&out));
+    let v = json_of(&out);
+    assert_eq!(
+        (v["ok"].clone(), v["domains"].clone(), v["tools"].clone()),
+        (true.into(), 1.into(), 1.into())
+    );
+    assert!(v["registryVersion"].is_string(), "{v}");
+    let warnings: Vec<&str> = v["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["message"].as_str().unwrap())
+        .collect();
+    assert_eq!(warnings.len(), 2, "{v}");
+    assert!(warnings.iter().any(|w| w.contains("has no tier")), "{v}");
+    assert!(warnings.iter().any(|w| w.contains("skipped")), "{v}");
+
+    std::fs::write(
+        folder.join("b.json"),
+        "{\n  \"name\": \"b\",\n  \"name\": \"c\"\n}",
+    )
+    .unwrap();
+    let out = run(dir.path(), &["check", "--json", f]).await;
+    assert_eq!(out.status.code(), Some(2), "{}", shown(&out));
+    let v = json_of(&out);
+    assert_eq!(v["ok"], false);
+    let e = &v["errors"][0];
+    assert_eq!(
+        (e["line"].clone(), e["column"].clone()),
+        (3.into(), 8.into()),
+        "{v}"
+    );
+    assert!(
+        e["message"].as_str().unwrap().contains("duplicate key `name`"),
+        "{v}"
+    );
+    // Without --json: warnings on stderr, summary on stdout.
+    std::fs::remove_file(folder.join("b.json")).unwrap();
+    let out = run(dir.path(), &["check", f]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", shown(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("warning: "),
+        "{}",
+        shown(&out)
+    );
+}
