@@ -277,6 +277,13 @@ pub struct ServeArgs {
     /// PEM private key for `--tls-cert`.
     #[arg(long, env = "TOOLROUTER_TLS_KEY")]
     pub tls_key: Option<PathBuf>,
+    /// Memory for the conversation cache in bytes; less-used conversations beyond it are
+    /// re-read from the database [default: 67108864 (64 MiB)].
+    #[arg(long, env = "TOOLROUTER_CONVERSATION_CACHE_BYTES")]
+    pub conversation_cache_bytes: Option<u64>,
+    /// Connections the kernel queues before the daemon accepts them [default: 1024].
+    #[arg(long, env = "TOOLROUTER_LISTEN_BACKLOG")]
+    pub listen_backlog: Option<u32>,
     /// Print the effective configuration as TOML and exit.
     #[arg(long)]
     pub print_config: bool,
@@ -309,7 +316,9 @@ impl ServeArgs {
             busy_timeout,
             drain_timeout,
             request_timeout,
-            max_concurrent_requests
+            max_concurrent_requests,
+            conversation_cache_bytes,
+            listen_backlog
         );
         if !self.manifests.is_empty() {
             c.manifests = self.manifests.clone();

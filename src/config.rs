@@ -68,6 +68,11 @@ pub struct Config {
     pub tls_cert: Option<PathBuf>,
     /// PEM private key for TLS (with `tls_cert`).
     pub tls_key: Option<PathBuf>,
+    /// Memory the conversation cache may use, in bytes (estimated per conversation from its
+    /// id and members); least-used conversations beyond it are re-read from the database.
+    pub conversation_cache_bytes: u64,
+    /// Connections the kernel queues for the listener before the daemon accepts them.
+    pub listen_backlog: u32,
 }
 
 impl Default for Config {
@@ -91,6 +96,8 @@ impl Default for Config {
             allow_unauthenticated: false,
             tls_cert: None,
             tls_key: None,
+            conversation_cache_bytes: crate::conversations::DEFAULT_CACHE_BYTES,
+            listen_backlog: 1024,
         }
     }
 }
@@ -117,7 +124,8 @@ impl Config {
             "listen = \"{}\"\ndatabase = {:?}\nmanifests = [{}]\nsettings_ttl = \"{}\"\nfallback = \"{}\"\n\
              keyword_match = \"{}\"\nexpose_load_tool_group = {}\nconversation_ttl = \"{}\"\n\
              max_message_bytes = {}\nlog_format = \"{}\"\nbusy_timeout = \"{}\"\ndrain_timeout = \"{}\"\n\
-             request_timeout = \"{}\"\nmax_concurrent_requests = {}\nallow_unauthenticated = {}",
+             request_timeout = \"{}\"\nmax_concurrent_requests = {}\nallow_unauthenticated = {}\n\
+             conversation_cache_bytes = {}\nlisten_backlog = {}",
             self.listen,
             self.database,
             manifests.join(", "),
@@ -133,6 +141,8 @@ impl Config {
             humantime::format_duration(self.request_timeout),
             self.max_concurrent_requests,
             self.allow_unauthenticated,
+            self.conversation_cache_bytes,
+            self.listen_backlog,
         );
         for (key, value) in [("tls_cert", &self.tls_cert), ("tls_key", &self.tls_key)] {
             if let Some(p) = value {
@@ -167,6 +177,9 @@ impl Config {
             return Err(Error::Config(
                 "TLS needs both --tls-cert and --tls-key (PEM files)".into(),
             ));
+        }
+        if self.listen_backlog == 0 {
+            return Err(Error::Config("listen_backlog must be at least 1".into()));
         }
         if self.max_concurrent_requests == 0 {
             return Err(Error::Config("max_concurrent_requests must be at least 1".into()));

@@ -17,9 +17,6 @@ use crate::registry::Registry;
 use crate::router::{self, Activation, Decision, Load, Options};
 use crate::settings::{SettingsCache, Snapshot};
 
-/// How many conversations are kept in memory; older ones are re-read from SQLite.
-pub const CONVERSATION_CACHE_CAPACITY: u64 = 100_000;
-
 /// Everything one decision reads, consistent with itself: in-flight calls see one view.
 #[derive(Debug)]
 pub struct View {
@@ -87,7 +84,7 @@ impl State {
                 conversations: Conversations::new(
                     db.clone(),
                     config.conversation_ttl,
-                    CONVERSATION_CACHE_CAPACITY,
+                    config.conversation_cache_bytes,
                 ),
                 db,
                 settings,
