@@ -84,6 +84,19 @@ pub enum Error {
     },
 }
 
+/// The most characters of a caller's value an error message repeats (SPEC §5).
+pub const MAX_ECHO_CHARS: usize = 128;
+
+/// A caller's value as an error message may repeat it: cut to [`MAX_ECHO_CHARS`] characters
+/// with `…` appended, so an error never grows with the input (some gRPC clients refuse
+/// large status messages).
+pub fn echo(value: &str) -> std::borrow::Cow<'_, str> {
+    match value.char_indices().nth(MAX_ECHO_CHARS) {
+        None => value.into(),
+        Some((cut, _)) => format!("{}…", &value[..cut]).into(),
+    }
+}
+
 impl From<Error> for tonic::Status {
     fn from(err: Error) -> Self {
         match err {
@@ -100,6 +113,25 @@ impl From<Error> for tonic::Status {
                 tracing::error!(error = %other, "internal error");
                 tonic::Status::internal("internal error")
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn echoed_values_are_cut_to_128_characters_with_an_ellipsis() {
+        let cases: &[(String, String)] = &[
+            (String::new(), String::new()),
+            ("abc".into(), "abc".into()),
+            ("x".repeat(128), "x".repeat(128)),
+            ("x".repeat(129), format!("{}…", "x".repeat(128))),
+            ("é".repeat(20_000), format!("{}…", "é".repeat(128))),
+        ];
+        for (value, want) in cases {
+            assert_eq!(echo(value), want.as_str(), "{} chars", value.chars().count());
         }
     }
 }
