@@ -71,6 +71,10 @@ pub enum Error {
     /// The keyword automaton could not be built.
     #[error("keyword automaton: {0}")]
     Automaton(#[from] aho_corasick::BuildError),
+    /// A request that is not a valid protobuf encoding of its message (including a string
+    /// field that is not UTF-8).
+    #[error("The request could not be decoded: {0}")]
+    Decode(prost::DecodeError),
     /// A fault reported through a shared cache load, already described.
     #[error("{0}")]
     Shared(String),
@@ -101,6 +105,11 @@ impl From<Error> for tonic::Status {
     fn from(err: Error) -> Self {
         match err {
             Error::InvalidArgument(m) => tonic::Status::invalid_argument(m),
+            // The caller sent bytes that are not its request message: its mistake, not ours.
+            Error::Decode(_) => {
+                tracing::warn!(error = %err, "request refused: not decodable");
+                tonic::Status::invalid_argument(err.to_string())
+            }
             Error::NotFound(m) => tonic::Status::not_found(m),
             Error::FailedPrecondition(m) => tonic::Status::failed_precondition(m),
             // The database cannot be used: the caller may retry, and learns why.
