@@ -73,6 +73,10 @@ pub struct Config {
     pub conversation_cache_bytes: u64,
     /// Connections the kernel queues for the listener before the daemon accepts them.
     pub listen_backlog: u32,
+    /// How long a new connection may stay silent before it is closed (a client sends its
+    /// HTTP/2 preface at once; a socket that sends nothing only holds a file descriptor).
+    #[serde(deserialize_with = "duration")]
+    pub handshake_timeout: Duration,
 }
 
 impl Default for Config {
@@ -98,6 +102,7 @@ impl Default for Config {
             tls_key: None,
             conversation_cache_bytes: crate::conversations::DEFAULT_CACHE_BYTES,
             listen_backlog: 1024,
+            handshake_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -125,7 +130,7 @@ impl Config {
              keyword_match = \"{}\"\nexpose_load_tool_group = {}\nconversation_ttl = \"{}\"\n\
              max_message_bytes = {}\nlog_format = \"{}\"\nbusy_timeout = \"{}\"\ndrain_timeout = \"{}\"\n\
              request_timeout = \"{}\"\nmax_concurrent_requests = {}\nallow_unauthenticated = {}\n\
-             conversation_cache_bytes = {}\nlisten_backlog = {}",
+             conversation_cache_bytes = {}\nlisten_backlog = {}\nhandshake_timeout = \"{}\"",
             self.listen,
             self.database,
             manifests.join(", "),
@@ -143,6 +148,7 @@ impl Config {
             self.allow_unauthenticated,
             self.conversation_cache_bytes,
             self.listen_backlog,
+            humantime::format_duration(self.handshake_timeout),
         );
         for (key, value) in [("tls_cert", &self.tls_cert), ("tls_key", &self.tls_key)] {
             if let Some(p) = value {
@@ -187,6 +193,7 @@ impl Config {
         for (key, value) in [
             ("request_timeout", self.request_timeout),
             ("settings_ttl", self.settings_ttl),
+            ("handshake_timeout", self.handshake_timeout),
         ] {
             if value.is_zero() {
                 return Err(Error::Config(format!("{key} must be more than zero")));
