@@ -10,6 +10,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let out_dir = PathBuf::from(env::var("OUT_DIR")?);
     tonic_prost_build::configure()
+        // A request that does not decode is INVALID_ARGUMENT, not tonic's INTERNAL (SPEC §6).
+        .codec_path("crate::codec::Codec")
         .file_descriptor_set_path(out_dir.join("toolrouter_descriptor.bin"))
         .compile_protos(&["proto/toolrouter/v1/router.proto"], &["proto"])?;
 

@@ -394,6 +394,17 @@ pub struct ServeArgs {
     /// Serve Prometheus metrics at `http://ADDR/metrics` (`host:port`) [default: off].
     #[arg(long, env = "TOOLROUTER_METRICS_LISTEN", value_parser = crate::config::parse_listen)]
     pub metrics_listen: Option<std::net::SocketAddr>,
+    /// Memory for the conversation cache in bytes; less-used conversations beyond it are
+    /// re-read from the database [default: 67108864 (64 MiB)].
+    #[arg(long, env = "TOOLROUTER_CONVERSATION_CACHE_BYTES")]
+    pub conversation_cache_bytes: Option<u64>,
+    /// Connections the kernel queues before the daemon accepts them [default: 1024].
+    #[arg(long, env = "TOOLROUTER_LISTEN_BACKLOG")]
+    pub listen_backlog: Option<u32>,
+    /// How long a new connection may send nothing before it is closed, e.g. `10s`
+    /// [default: 10s].
+    #[arg(long, env = "TOOLROUTER_HANDSHAKE_TIMEOUT", value_parser = humantime::parse_duration)]
+    pub handshake_timeout: Option<Duration>,
     /// Print the effective configuration as TOML and exit.
     #[arg(long)]
     pub print_config: bool,
@@ -431,7 +442,10 @@ impl ServeArgs {
             busy_timeout,
             drain_timeout,
             request_timeout,
-            max_concurrent_requests
+            max_concurrent_requests,
+            conversation_cache_bytes,
+            listen_backlog,
+            handshake_timeout
         );
         if !self.manifests.is_empty() {
             c.manifests = self.manifests.clone();
@@ -639,8 +653,12 @@ async fn serve(args: &ServeArgs) -> Result<(), Failure> {
         registry_version = %format!("{:016x}", registry.version()),
         "starting"
     );
-    let listener = tokio::net::TcpListener::bind(config.listen)
-        .await
+    #[cfg(unix)]
+    match crate::server::raise_open_files_limit() {
+        Ok(limit) => tracing::info!(limit, "open-files limit"),
+        Err(e) => tracing::warn!(error = %e, "cannot raise the open-files limit"),
+    }
+    let listener = crate::server::bind(config.listen, config.listen_backlog)
         .map_err(|e| Failure::runtime(format!("cannot listen on {}: {e}", config.listen)))?;
     let state = State::new(registry, &config).await?;
     #[cfg(unix)]
@@ -1397,7 +1415,15 @@ async fn baseline_server(serve: &ServeArgs, messages: Option<&std::path::Path>) 
     tonic::transport::Server::builder()
         .add_service(health)
         .add_service(proto::tool_router_server::ToolRouterServer::new(baseline))
-        .serve_with_incoming_shutdown(crate::server::incoming(listener), shutdown_signal())
+        // No drain phase here: the shutdown signal stops it at once.
+        .serve_with_incoming_shutdown(
+            crate::server::incoming(
+                listener,
+                tokio::sync::watch::channel(false).1,
+                config.handshake_timeout,
+            ),
+            shutdown_signal(),
+        )
         .await
         .map_err(|e| Failure::runtime(format!("server failed: {e}")))
 }

@@ -83,6 +83,15 @@ pub struct Config {
     /// Where to serve Prometheus metrics (`GET /metrics`); off when unset.
     #[serde(default, deserialize_with = "optional_listen_addr")]
     pub metrics_listen: Option<SocketAddr>,
+    /// Memory the conversation cache may use, in bytes (estimated per conversation from its
+    /// id and members); least-used conversations beyond it are re-read from the database.
+    pub conversation_cache_bytes: u64,
+    /// Connections the kernel queues for the listener before the daemon accepts them.
+    pub listen_backlog: u32,
+    /// How long a new connection may stay silent before it is closed (a client sends its
+    /// HTTP/2 preface at once; a socket that sends nothing only holds a file descriptor).
+    #[serde(deserialize_with = "duration")]
+    pub handshake_timeout: Duration,
 }
 
 impl Default for Config {
@@ -112,6 +121,9 @@ impl Default for Config {
             tls_cert: None,
             tls_key: None,
             metrics_listen: None,
+            conversation_cache_bytes: crate::conversations::DEFAULT_CACHE_BYTES,
+            listen_backlog: 1024,
+            handshake_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -183,7 +195,8 @@ impl Config {
              keyword_match = \"{}\"\nexpose_load_tool_group = {}\nexpose_search_tools = {}\nsearch = \"{}\"\n\
              search_min_ratio = {}\nsearch_per_segment = {}\nsearch_segment_ratio = {}\nconversation_ttl = \"{}\"\n\
              max_message_bytes = {}\nlog_format = \"{}\"\nbusy_timeout = \"{}\"\ndrain_timeout = \"{}\"\n\
-             request_timeout = \"{}\"\nmax_concurrent_requests = {}\nallow_unauthenticated = {}",
+             request_timeout = \"{}\"\nmax_concurrent_requests = {}\nallow_unauthenticated = {}\n\
+             conversation_cache_bytes = {}\nlisten_backlog = {}\nhandshake_timeout = \"{}\"",
             self.listen,
             self.database,
             manifests.join(", "),
@@ -204,6 +217,9 @@ impl Config {
             humantime::format_duration(self.request_timeout),
             self.max_concurrent_requests,
             self.allow_unauthenticated,
+            self.conversation_cache_bytes,
+            self.listen_backlog,
+            humantime::format_duration(self.handshake_timeout),
         );
         if let Some(addr) = self.metrics_listen {
             out.push_str(&format!("\nmetrics_listen = \"{addr}\""));
@@ -242,6 +258,9 @@ impl Config {
                 "TLS needs both --tls-cert and --tls-key (PEM files)".into(),
             ));
         }
+        if self.listen_backlog == 0 {
+            return Err(Error::Config("listen_backlog must be at least 1".into()));
+        }
         if self.max_concurrent_requests == 0 {
             return Err(Error::Config("max_concurrent_requests must be at least 1".into()));
         }
@@ -261,6 +280,7 @@ impl Config {
         for (key, value) in [
             ("request_timeout", self.request_timeout),
             ("settings_ttl", self.settings_ttl),
+            ("handshake_timeout", self.handshake_timeout),
         ] {
             if value.is_zero() {
                 return Err(Error::Config(format!("{key} must be more than zero")));

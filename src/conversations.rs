@@ -2,8 +2,17 @@
 //! SQLite before an operation answers, with a bounded in-memory cache in front (SQLite stays
 //! the source of truth). The idle clock lives in memory and is flushed lazily by
 //! [`Conversations::maintain`], so a `Route` that changes nothing writes nothing.
+//!
+//! **One entry per conversation.** The lock that serialises operations on a conversation is
+//! the entry's own mutex, so two live entries for one id would let an operation read the
+//! database before another's commit and keep that stale copy. The cache may evict an entry
+//! while a call still holds it; a table of live entries (weak references, not owned by the
+//! cache) hands the next call that same entry instead of a fresh read. An entry is read from
+//! the database only under its lock and only when no other copy is alive, so whatever it
+//! reads includes every acknowledged write.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use moka::future::Cache;
@@ -13,7 +22,20 @@ use crate::db::Db;
 use crate::error::Result;
 use crate::router::{Conversation, Member};
 
-/// One cached conversation.
+/// Default memory budget of the conversation cache: 64 MiB, about 120,000 conversations with
+/// short ids (see BENCHMARKS.md for the measured resident memory).
+pub const DEFAULT_CACHE_BYTES: u64 = 64 * 1024 * 1024;
+
+/// Memory a cached conversation costs beyond its id and members: the cache's own bookkeeping,
+/// the entry and its lock, and its slot in the live table. Measured: 200,000 conversations
+/// with 16-byte ids, all cached, cost 550 bytes each in resident memory (BENCHMARKS.md).
+const ENTRY_OVERHEAD_BYTES: usize = 530;
+
+/// The live table is swept of dead entries when it grows past this (and then past twice
+/// what the sweep left), so sweeping costs O(1) per new entry.
+const MIN_SWEEP_AT: usize = 1024;
+
+/// One conversation in memory.
 #[derive(Debug, Default)]
 pub struct Entry {
     /// What the conversation remembers.
@@ -24,6 +46,8 @@ pub struct Entry {
     flushed: i64,
     /// Whether the database has a row for it (a conversation that never changed has none).
     in_db: bool,
+    /// Whether `state` was read from the database (a new entry is read under its lock).
+    loaded: bool,
     /// The database generation it was read from; a replaced database file means re-reading.
     generation: u64,
     /// Set while a write is in flight: if the operation is cancelled (client gone, request
@@ -40,22 +64,54 @@ async fn read(db: &Db, id: &str) -> Result<Entry> {
             last_seen,
             flushed: last_seen,
             in_db: true,
+            loaded: true,
             generation,
             unsure: false,
         },
         None => Entry {
             generation,
+            loaded: true,
             ..Entry::default()
         },
     })
 }
+
+/// Estimated bytes a cached conversation holds.
+fn weight(id: &str, state: &Conversation) -> u32 {
+    let members: usize = state
+        .members
+        .iter()
+        .map(|m| std::mem::size_of::<Member>() + m.domain.len())
+        .sum();
+    u32::try_from(ENTRY_OVERHEAD_BYTES + id.len() + members).unwrap_or(u32::MAX)
+}
+
+/// A cache slot: the shared entry and its weight when it was (re)inserted.
+#[derive(Clone)]
+struct Cached {
+    entry: Arc<Mutex<Entry>>,
+    weight: u32,
+}
+
+/// Every entry still alive, cached or held by a call, by id.
+#[derive(Default)]
+struct Live {
+    entries: HashMap<Arc<str>, Weak<Mutex<Entry>>>,
+    sweep_at: usize,
+}
+
+/// A locked conversation; dropping it unlocks it.
+pub type Guard = OwnedMutexGuard<Entry>;
 
 /// The conversation store.
 #[derive(Clone)]
 pub struct Conversations {
     db: Db,
     ttl: Duration,
-    cache: Cache<String, Arc<Mutex<Entry>>>,
+    cache: Cache<Arc<str>, Cached>,
+    /// Not owned by the cache: it only holds weak references, so an evicted entry lives
+    /// exactly as long as some call holds it.
+    live: Arc<std::sync::Mutex<Live>>,
 }
 
 /// Unix milliseconds now.
@@ -66,17 +122,53 @@ pub fn now_ms() -> i64 {
 }
 
 impl Conversations {
-    /// A store over `db`; conversations idle longer than `ttl` are forgotten, and at most
-    /// `capacity` are kept in memory.
-    pub fn new(db: Db, ttl: Duration, capacity: u64) -> Conversations {
+    /// A store over `db`; conversations idle longer than `ttl` are forgotten, and the cache
+    /// keeps about `capacity_bytes` of them in memory (least used first out).
+    pub fn new(db: Db, ttl: Duration, capacity_bytes: u64) -> Conversations {
         // Time-to-idle equal to the conversation TTL: a cached entry expires exactly when its
         // conversation would.
-        let cache = Cache::builder().max_capacity(capacity).time_to_idle(ttl).build();
-        Conversations { db, ttl, cache }
+        let cache = Cache::builder()
+            .max_capacity(capacity_bytes)
+            .weigher(|_: &Arc<str>, c: &Cached| c.weight)
+            .time_to_idle(ttl)
+            .build();
+        Conversations {
+            db,
+            ttl,
+            cache,
+            live: Arc::default(),
+        }
     }
 
     fn ttl_ms(&self) -> i64 {
         i64::try_from(self.ttl.as_millis()).unwrap_or(i64::MAX)
+    }
+
+    /// The one live entry for `id`: the cached one, else one a call still holds, else a new
+    /// one not yet read; with the key to cache it under when it is not cached.
+    async fn entry(&self, id: &str) -> (Arc<Mutex<Entry>>, Option<Arc<str>>) {
+        if let Some(c) = self.cache.get(id).await {
+            return (c.entry, None);
+        }
+        // A poisoned lock means a panic while holding it, and the table is consistent at
+        // every step, so the data is still good.
+        let mut live = self
+            .live
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((key, weak)) = live.entries.get_key_value(id)
+            && let Some(entry) = weak.upgrade()
+        {
+            return (entry, Some(key.clone()));
+        }
+        if live.entries.len() >= live.sweep_at {
+            live.entries.retain(|_, w| w.strong_count() > 0);
+            live.sweep_at = (live.entries.len() * 2).max(MIN_SWEEP_AT);
+        }
+        let key: Arc<str> = Arc::from(id);
+        let entry = Arc::new(Mutex::new(Entry::default()));
+        live.entries.insert(key.clone(), Arc::downgrade(&entry));
+        (entry, Some(key))
     }
 
     /// Locks a conversation for one operation, loading it from the database and forgetting
@@ -84,22 +176,12 @@ impl Conversations {
     ///
     /// # Errors
     /// A database fault while loading or forgetting it.
-    pub async fn lock(&self, id: &str) -> Result<OwnedMutexGuard<Entry>> {
+    pub async fn lock(&self, id: &str) -> Result<Guard> {
         // A replaced database file is noticed here, before the cached entry is trusted.
         self.db.check().await?;
-        let db = self.db.clone();
-        let owned_id = id.to_string();
-        let entry = self
-            .cache
-            .try_get_with(id.to_string(), async move {
-                Ok::<_, crate::Error>(Arc::new(Mutex::new(read(&db, &owned_id).await?)))
-            })
-            .await
-            .map_err(|e: Arc<crate::Error>| {
-                Arc::try_unwrap(e).unwrap_or_else(|e| crate::Error::Shared(e.to_string()))
-            })?;
-        let mut guard = entry.lock_owned().await;
-        if guard.unsure || guard.generation != self.db.generation() {
+        let (entry, uncached) = self.entry(id).await;
+        let mut guard = entry.clone().lock_owned().await;
+        if !guard.loaded || guard.unsure || guard.generation != self.db.generation() {
             *guard = read(&self.db, id).await?;
         }
         let now = now_ms();
@@ -107,10 +189,15 @@ impl Conversations {
             self.db.delete_conversation(id).await?;
             *guard = Entry {
                 generation: guard.generation,
+                loaded: true,
                 ..Entry::default()
             };
         }
         guard.last_seen = now;
+        if let Some(key) = uncached {
+            let weight = weight(id, &guard.state);
+            self.cache.insert(key, Cached { entry, weight }).await;
+        }
         Ok(guard)
     }
 
@@ -119,7 +206,7 @@ impl Conversations {
     ///
     /// # Errors
     /// A database fault.
-    pub async fn save(&self, id: &str, entry: &mut Entry, next: Conversation) -> Result<()> {
+    pub async fn save(&self, id: &str, entry: &mut Guard, next: Conversation) -> Result<()> {
         let changed: Vec<(i64, &Member)> = next
             .members
             .iter()
@@ -136,6 +223,18 @@ impl Conversations {
         entry.state = next;
         entry.in_db = true;
         entry.flushed = entry.last_seen;
+        // The entry grew: put it back with its new weight.
+        let weight = weight(id, &entry.state);
+        let shared = OwnedMutexGuard::mutex(entry).clone();
+        self.cache
+            .insert(
+                Arc::from(id),
+                Cached {
+                    entry: shared,
+                    weight,
+                },
+            )
+            .await;
         Ok(())
     }
 
@@ -152,15 +251,11 @@ impl Conversations {
     /// A database fault.
     pub async fn reset(&self, id: &str) -> Result<()> {
         // Lock first so an operation in flight on it cannot write it back afterwards.
-        let entry = self.cache.get(id).await;
-        let guard = match &entry {
-            Some(e) => Some(e.clone().lock_owned().await),
-            None => None,
-        };
+        let (entry, _) = self.entry(id).await;
+        let mut guard = entry.lock_owned().await;
         self.db.delete_conversation(id).await?;
-        if let Some(mut g) = guard {
-            *g = Entry::default();
-        }
+        // Re-read on next use (it has no row now, so that costs one empty read).
+        *guard = Entry::default();
         self.cache.invalidate(id).await;
         Ok(())
     }
@@ -170,7 +265,8 @@ impl Conversations {
     /// # Errors
     /// A database fault.
     pub async fn maintain(&self) -> Result<()> {
-        for (id, entry) in self.cache.iter() {
+        for (id, cached) in self.cache.iter() {
+            let entry = &cached.entry;
             let (seen, due) = {
                 let Ok(e) = entry.try_lock() else { continue };
                 (e.last_seen, e.in_db && e.last_seen > e.flushed)

@@ -71,6 +71,10 @@ pub enum Error {
     /// The keyword automaton could not be built.
     #[error("keyword automaton: {0}")]
     Automaton(#[from] aho_corasick::BuildError),
+    /// A request that is not a valid protobuf encoding of its message (including a string
+    /// field that is not UTF-8).
+    #[error("The request could not be decoded: {0}")]
+    Decode(prost::DecodeError),
     /// A fault reported through a shared cache load, already described.
     #[error("{0}")]
     Shared(String),
@@ -84,10 +88,28 @@ pub enum Error {
     },
 }
 
+/// The most characters of a caller's value an error message repeats (SPEC §5).
+pub const MAX_ECHO_CHARS: usize = 128;
+
+/// A caller's value as an error message may repeat it: cut to [`MAX_ECHO_CHARS`] characters
+/// with `…` appended, so an error never grows with the input (some gRPC clients refuse
+/// large status messages).
+pub fn echo(value: &str) -> std::borrow::Cow<'_, str> {
+    match value.char_indices().nth(MAX_ECHO_CHARS) {
+        None => value.into(),
+        Some((cut, _)) => format!("{}…", &value[..cut]).into(),
+    }
+}
+
 impl From<Error> for tonic::Status {
     fn from(err: Error) -> Self {
         match err {
             Error::InvalidArgument(m) => tonic::Status::invalid_argument(m),
+            // The caller sent bytes that are not its request message: its mistake, not ours.
+            Error::Decode(_) => {
+                tracing::warn!(error = %err, "request refused: not decodable");
+                tonic::Status::invalid_argument(err.to_string())
+            }
             Error::NotFound(m) => tonic::Status::not_found(m),
             Error::FailedPrecondition(m) => tonic::Status::failed_precondition(m),
             // The database cannot be used: the caller may retry, and learns why.
@@ -101,6 +123,25 @@ impl From<Error> for tonic::Status {
                 tracing::error!(error = %other, "internal error");
                 tonic::Status::internal("internal error")
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn echoed_values_are_cut_to_128_characters_with_an_ellipsis() {
+        let cases: &[(String, String)] = &[
+            (String::new(), String::new()),
+            ("abc".into(), "abc".into()),
+            ("x".repeat(128), "x".repeat(128)),
+            ("x".repeat(129), format!("{}…", "x".repeat(128))),
+            ("é".repeat(20_000), format!("{}…", "é".repeat(128))),
+        ];
+        for (value, want) in cases {
+            assert_eq!(echo(value), want.as_str(), "{} chars", value.chars().count());
         }
     }
 }

@@ -9,12 +9,16 @@
 //! - **Timeout.** A call that runs longer than `timeout` is answered `DEADLINE_EXCEEDED`
 //!   (its work is dropped; nothing it did not finish is acknowledged).
 //!
-//! Health stays outside all three, so a load balancer can probe an overloaded or locked-down
-//! daemon.
+//! - **Drain.** Once the server drains, a new call is answered `UNAVAILABLE` (retry on
+//!   another replica) and [`Guard::drain`] resolves when the calls in flight have finished.
+//!
+//! Health stays outside all four, so a load balancer can probe an overloaded, locked-down or
+//! draining daemon (it answers `NOT_SERVING` then).
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -38,6 +42,8 @@ struct Policy {
     permits: Arc<Semaphore>,
     max_concurrent: usize,
     timeout: Duration,
+    /// Set when the server starts draining: new calls are refused from then on.
+    draining: AtomicBool,
 }
 
 impl Guard {
@@ -50,8 +56,18 @@ impl Guard {
                 permits: Arc::new(Semaphore::new(max_concurrent)),
                 max_concurrent,
                 timeout,
+                draining: AtomicBool::new(false),
             }),
         }
+    }
+
+    /// Refuses new calls from now on and resolves once every call in flight has finished.
+    pub async fn drain(&self) {
+        self.policy.draining.store(true, Ordering::SeqCst);
+        // Every call holds one permit, so holding them all means none is in flight. The
+        // semaphore is never closed, so the acquire cannot fail.
+        let all = u32::try_from(self.policy.max_concurrent).unwrap_or(u32::MAX);
+        let _ = self.policy.permits.acquire_many(all).await;
     }
 }
 
@@ -122,6 +138,11 @@ where
         if let Err(status) = self.policy.authorize(request.headers()) {
             tracing::warn!(path = request.uri().path(), "call refused: not authenticated");
             return refuse(status);
+        }
+        if self.policy.draining.load(Ordering::SeqCst) {
+            return refuse(Status::unavailable(
+                "The daemon is shutting down; retry on another instance or after it restarts.",
+            ));
         }
         let Ok(permit) = self.policy.permits.clone().try_acquire_owned() else {
             tracing::warn!(

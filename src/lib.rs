@@ -14,7 +14,8 @@
 //! - [`conversations`]: loaded groups and sticky hits per conversation, persisted.
 //! - [`db`]: the SQLite pool, migrations and every SQL statement.
 //! - [`state`]: the shared state tying them together for one request.
-//! - [`service`]: the tonic `ToolRouter` service: proto to domain types and back.
+//! - [`service`]: the tonic `ToolRouter` service: proto to domain types and back; [`codec`]:
+//!   its protobuf codec (a request that does not decode is `INVALID_ARGUMENT`).
 //! - [`guard`]: auth, load shedding and the per-request timeout, in front of the services.
 //! - [`telemetry`]: one log line per call and the Prometheus metrics (`--metrics-listen`).
 //! - [`server`]: `serve(listener, state, config, shutdown)` with health, reflection, TLS and
@@ -27,6 +28,7 @@
 pub mod bench;
 pub mod cli;
 pub mod client;
+pub mod codec;
 pub mod config;
 pub mod conversations;
 pub mod db;

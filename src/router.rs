@@ -558,20 +558,23 @@ pub fn load(
             .map(|&d| registry.domain(d).name.as_str())
             .collect();
         return Err(Error::NotFound(format!(
-            "Tool group '{group}' not found. Available groups: {}",
+            "Tool group '{}' not found. Available groups: {}",
+            crate::error::echo(group),
             available.join(", ")
         )));
     };
     let domain = registry.domain(d);
     if !activation.is_active(d) {
         return Err(Error::FailedPrecondition(format!(
-            "Tool group '{group}' is not configured: set one of {}.",
+            "Tool group '{}' is not configured: set one of {}.",
+            crate::error::echo(group),
             domain.settings_keys.join(", ")
         )));
     }
     if domain.tools.is_empty() {
         return Err(Error::FailedPrecondition(format!(
-            "Tool group '{group}' has no available tools."
+            "Tool group '{}' has no available tools.",
+            crate::error::echo(group)
         )));
     }
     let already_loaded = domain.core || conversation.is_loaded(group);

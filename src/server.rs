@@ -1,14 +1,28 @@
 //! `serve(listener, state, config, shutdown)`: the gRPC server with the `ToolRouter` service,
 //! health and reflection, behind the [`Guard`] (auth, load shedding, timeout), over TLS when
 //! configured. The caller owns the listener (tests bind `127.0.0.1:0`) and the shutdown
-//! trigger; on shutdown the server reports `NOT_SERVING`, stops accepting, and gives in-flight
-//! calls the drain timeout to finish.
+//! trigger.
+//!
+//! **Connections.** The accept loop backs off (and logs once per streak) while the process is
+//! out of file descriptors instead of spinning; a connection that sends nothing within the
+//! handshake timeout is closed; HTTP/2 and TCP keepalives find dead peers.
+//!
+//! **Drain.** On shutdown health turns `NOT_SERVING` and the listener closes at once;
+//! connections that never sent anything are closed; calls in flight get the drain timeout to
+//! finish, while health calls on open connections still answer (`NOT_SERVING`) and other new
+//! calls are refused `UNAVAILABLE`. When the last call has finished every connection is
+//! closed and the server returns.
 
 use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
-use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tokio::time::Sleep;
+use tonic::transport::server::{Connected, TcpConnectInfo};
 use tonic::transport::{Identity, Server, ServerTlsConfig};
 
 use crate::config::Config;
@@ -33,20 +47,274 @@ const CUT_GRACE: Duration = Duration::from_secs(1);
 /// How often conversation idle clocks are flushed and idle conversations forgotten.
 const UPKEEP_PERIOD: Duration = Duration::from_secs(60);
 
-/// Accepted connections with Nagle's algorithm off: answers are single small writes, and
-/// waiting to coalesce them costs a delayed-ACK round (tens of milliseconds) per call.
+/// HTTP/2 PING interval on an open connection, and how long the answer may take before the
+/// connection is closed as dead.
+const HTTP2_KEEPALIVE: (Duration, Duration) = (Duration::from_secs(30), Duration::from_secs(10));
+
+/// Idle time before the kernel probes a connection's peer (TCP keepalive).
+const TCP_KEEPALIVE: Duration = Duration::from_secs(60);
+
+/// First and longest pause of the accept loop while out of file descriptors.
+const ACCEPT_BACKOFF: (Duration, Duration) = (Duration::from_millis(10), Duration::from_secs(1));
+
+/// Binds `addr` with `backlog` connections queued by the kernel before they are accepted
+/// (Linux caps it at `net.core.somaxconn`).
+///
+/// # Errors
+/// The address cannot be bound.
+pub fn bind(addr: std::net::SocketAddr, backlog: u32) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    // As std and tokio do: a restarted daemon can bind while old connections are in TIME_WAIT.
+    #[cfg(unix)]
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(backlog)
+}
+
+/// Raises the soft open-files limit to the hard limit: every connection is a file
+/// descriptor, and the common soft default (1,024) is far below what the daemon can serve.
+/// Returns the limit in force afterwards.
+#[cfg(unix)]
+pub fn raise_open_files_limit() -> std::io::Result<libc::rlim_t> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit through a valid pointer to a local.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &raw mut limit) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    if limit.rlim_cur < limit.rlim_max {
+        let raised = libc::rlimit {
+            rlim_cur: limit.rlim_max,
+            rlim_max: limit.rlim_max,
+        };
+        // SAFETY: setrlimit reads one rlimit through a valid pointer to a local.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raw const raised) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        limit = raised;
+    }
+    Ok(limit.rlim_cur)
+}
+
+/// Whether an accept failed for lack of file descriptors or kernel memory: retrying at once
+/// fails again, so the loop must pause.
+fn out_of_resources(e: &std::io::Error) -> bool {
+    #[cfg(unix)]
+    {
+        matches!(
+            e.raw_os_error(),
+            Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
+        )
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = e;
+        false
+    }
+}
+
+/// The accepted connections: a stream for tonic that closes the listener when the drain
+/// starts, and pauses (logging once per streak) while accepting fails for lack of resources.
+pub struct Incoming {
+    listener: Option<TcpListener>,
+    draining: Pin<Box<dyn Future<Output = ()> + Send>>,
+    drain: watch::Receiver<bool>,
+    handshake_timeout: Duration,
+    backoff: Option<Pin<Box<Sleep>>>,
+    delay: Duration,
+    failing: bool,
+}
+
+/// Resolves once `drain` turns true (never, if its sender is dropped without that).
+fn drained(mut drain: watch::Receiver<bool>) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+    Box::pin(async move {
+        if drain.wait_for(|d| *d).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    })
+}
+
+/// The connections `listener` accepts until `drain` turns true; each must send its first
+/// bytes within `handshake_timeout`.
 pub fn incoming(
     listener: TcpListener,
-) -> impl tokio_stream::Stream<Item = std::io::Result<tokio::net::TcpStream>> + Send + 'static {
-    use tokio_stream::StreamExt as _;
-    TcpListenerStream::new(listener).map(|conn| {
-        if let Ok(stream) = &conn
-            && let Err(e) = stream.set_nodelay(true)
-        {
+    drain: watch::Receiver<bool>,
+    handshake_timeout: Duration,
+) -> Incoming {
+    Incoming {
+        listener: Some(listener),
+        draining: drained(drain.clone()),
+        drain,
+        handshake_timeout,
+        backoff: None,
+        delay: ACCEPT_BACKOFF.0,
+        failing: false,
+    }
+}
+
+impl tokio_stream::Stream for Incoming {
+    type Item = std::io::Result<Conn>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = &mut *self;
+        loop {
+            if this.listener.is_none() {
+                // Drained: no more connections, and the server ends on its own signal.
+                return Poll::Pending;
+            }
+            if this.draining.as_mut().poll(cx).is_ready() {
+                this.listener = None;
+                tracing::info!("listener closed: draining");
+                return Poll::Pending;
+            }
+            if let Some(sleep) = &mut this.backoff {
+                ready!(sleep.as_mut().poll(cx));
+                this.backoff = None;
+            }
+            let Some(listener) = &this.listener else {
+                return Poll::Pending;
+            };
+            match ready!(listener.poll_accept(cx)) {
+                Ok((stream, _peer)) => {
+                    if this.failing {
+                        tracing::info!("accepting connections again");
+                        this.failing = false;
+                        this.delay = ACCEPT_BACKOFF.0;
+                    }
+                    return Poll::Ready(Some(Ok(Conn::new(stream, this))));
+                }
+                Err(e) if out_of_resources(&e) => {
+                    if !this.failing {
+                        this.failing = true;
+                        tracing::error!(
+                            error = %e,
+                            "cannot accept connections: out of file descriptors; pausing the accept loop \
+                             (raise the open-files limit, or lower the number of idle connections)"
+                        );
+                    }
+                    this.backoff = Some(Box::pin(tokio::time::sleep(this.delay)));
+                    this.delay = (this.delay * 2).min(ACCEPT_BACKOFF.1);
+                }
+                // A connection reset before it was accepted, and the like: only that one is lost.
+                Err(e) => tracing::debug!(error = %e, "accept failed"),
+            }
+        }
+    }
+}
+
+/// An accepted connection: until its first bytes arrive it is closed at the handshake
+/// timeout or when the drain starts, so a socket that never speaks cannot hold a file
+/// descriptor or the shutdown.
+pub struct Conn {
+    stream: TcpStream,
+    silent: Option<Silent>,
+}
+
+struct Silent {
+    deadline: Pin<Box<Sleep>>,
+    draining: Pin<Box<dyn Future<Output = ()> + Send>>,
+}
+
+impl Conn {
+    fn new(stream: TcpStream, incoming: &Incoming) -> Conn {
+        // Answers are single small writes, and waiting to coalesce them costs a delayed-ACK
+        // round (tens of milliseconds) per call.
+        if let Err(e) = stream.set_nodelay(true) {
             tracing::warn!(error = %e, "cannot set TCP_NODELAY");
         }
-        conn
-    })
+        let keepalive = socket2::TcpKeepalive::new().with_time(TCP_KEEPALIVE);
+        if let Err(e) = socket2::SockRef::from(&stream).set_tcp_keepalive(&keepalive) {
+            tracing::warn!(error = %e, "cannot set TCP keepalive");
+        }
+        Conn {
+            stream,
+            silent: Some(Silent {
+                deadline: Box::pin(tokio::time::sleep(incoming.handshake_timeout)),
+                draining: drained(incoming.drain.clone()),
+            }),
+        }
+    }
+}
+
+impl Connected for Conn {
+    type ConnectInfo = TcpConnectInfo;
+
+    fn connect_info(&self) -> TcpConnectInfo {
+        self.stream.connect_info()
+    }
+}
+
+impl AsyncRead for Conn {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = &mut *self;
+        let before = buf.filled().len();
+        let read = Pin::new(&mut this.stream).poll_read(cx, buf);
+        let Some(silent) = &mut this.silent else {
+            return read;
+        };
+        match read {
+            Poll::Ready(Ok(())) if buf.filled().len() > before => {
+                this.silent = None;
+                Poll::Ready(Ok(()))
+            }
+            Poll::Ready(other) => Poll::Ready(other),
+            Poll::Pending => {
+                if silent.deadline.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "the connection sent nothing within the handshake timeout",
+                    )));
+                }
+                if silent.draining.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(Err(std::io::Error::new(
+                        std::io::ErrorKind::ConnectionAborted,
+                        "the connection sent nothing before the drain",
+                    )));
+                }
+                Poll::Pending
+            }
+        }
+    }
+}
+
+impl AsyncWrite for Conn {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
 }
 
 /// The TLS configuration for `config`, if it names a certificate and key.
@@ -95,7 +363,9 @@ pub async fn serve(
         // gzip both ways: accepted on requests, used for answers when the client accepts it.
         .accept_compressed(CompressionEncoding::Gzip)
         .send_compressed(CompressionEncoding::Gzip);
-    let mut builder = Server::builder();
+    let mut builder = Server::builder()
+        .http2_keepalive_interval(Some(HTTP2_KEEPALIVE.0))
+        .http2_keepalive_timeout(Some(HTTP2_KEEPALIVE.1));
     if let Some(tls) = tls(config)? {
         builder = builder.tls_config(tls)?;
     }
@@ -125,9 +395,12 @@ pub async fn serve(
         })
     };
 
-    // Shutdown: health turns NOT_SERVING first, then the server stops accepting; the drain
-    // clock starts at the same moment.
+    // Shutdown: health turns NOT_SERVING first, then the listener closes and the guard
+    // refuses new calls; the drain clock starts at the same moment. The server itself (which
+    // closes every connection, health callers' too) stops when the calls in flight are done.
     let (draining, drain_started) = tokio::sync::oneshot::channel::<()>();
+    let (drain_tx, drain_rx) = watch::channel(false);
+    let drain_guard = guard.clone();
     let shutdown = async move {
         shutdown.await;
         reporter
@@ -137,6 +410,8 @@ pub async fn serve(
             .set_service_status("", tonic_health::ServingStatus::NotServing)
             .await;
         let _ = draining.send(());
+        let _ = drain_tx.send(true);
+        drain_guard.drain().await;
     };
     let drain_timeout = config.drain_timeout;
     let drain_expired = async move {
@@ -178,7 +453,7 @@ pub async fn serve(
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(service)
-        .serve_with_incoming_shutdown(incoming(listener), shutdown);
+        .serve_with_incoming_shutdown(incoming(listener, drain_rx, config.handshake_timeout), shutdown);
     let (result, cut) = tokio::select! {
         result = server => (result.map_err(Into::into), false),
         () = drain_expired => {

@@ -10,7 +10,7 @@ use crate::router::Reason;
 use crate::state::{State, View};
 use crate::telemetry::{CallSummary, conversation_hash};
 
-/// Longest accepted `conversation_id`, in bytes.
+/// Longest accepted `conversation_id` or `group_name`, in bytes.
 pub const MAX_CONVERSATION_ID_BYTES: usize = 256;
 
 /// The gRPC service; cloning is shallow.
@@ -47,18 +47,24 @@ fn conversation_id(id: &str) -> Result<Option<&str>> {
     if id.trim().is_empty() {
         return Ok(None);
     }
-    if id.len() > MAX_CONVERSATION_ID_BYTES {
+    bounded(id, "conversation_id").map(Some)
+}
+
+/// Checks a name-like field: at most [`MAX_CONVERSATION_ID_BYTES`] bytes, no control
+/// characters (Unicode category Cc).
+fn bounded<'a>(value: &'a str, name: &str) -> Result<&'a str> {
+    if value.len() > MAX_CONVERSATION_ID_BYTES {
         return Err(Error::InvalidArgument(format!(
-            "'conversation_id' is {} bytes, over the limit of {MAX_CONVERSATION_ID_BYTES} bytes.",
-            id.len()
+            "'{name}' is {} bytes, over the limit of {MAX_CONVERSATION_ID_BYTES} bytes.",
+            value.len()
         )));
     }
-    if id.chars().any(char::is_control) {
-        return Err(Error::InvalidArgument(
-            "'conversation_id' must not contain control characters.".to_string(),
-        ));
+    if value.chars().any(char::is_control) {
+        return Err(Error::InvalidArgument(format!(
+            "'{name}' must not contain control characters."
+        )));
     }
-    Ok(Some(id))
+    Ok(value)
 }
 
 fn required<'a>(value: &'a str, name: &str) -> Result<&'a str> {
@@ -191,6 +197,7 @@ impl ToolRouter for ToolRouterService {
         let id = required(&req.conversation_id, "conversation_id")?;
         let group_name = required(&req.group_name, "group_name")?;
         let id = conversation_id(id)?.unwrap_or(id);
+        let group_name = bounded(group_name, "group_name")?;
         let (view, load) = self.state.load_group(id, group_name).await?;
         let d = view.registry.domain(load.domain);
         tracing::debug!(group = %d.name, already_loaded = load.already_loaded, "group loaded");

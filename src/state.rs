@@ -18,9 +18,6 @@ use crate::router::{self, Activation, Decision, Inputs, Load, Options};
 use crate::search::{SearchIndex, ToolMatch};
 use crate::settings::{SettingsCache, Snapshot};
 
-/// How many conversations are kept in memory; older ones are re-read from SQLite.
-pub const CONVERSATION_CACHE_CAPACITY: u64 = 100_000;
-
 /// Everything one decision reads, consistent with itself: in-flight calls see one view.
 #[derive(Debug)]
 pub struct View {
@@ -144,7 +141,7 @@ impl State {
                 conversations: Conversations::new(
                     db.clone(),
                     config.conversation_ttl,
-                    CONVERSATION_CACHE_CAPACITY,
+                    config.conversation_cache_bytes,
                 ),
                 db,
                 settings,

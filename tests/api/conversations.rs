@@ -126,3 +126,111 @@ async fn a_route_that_changes_nothing_writes_nothing() {
     assert_eq!(members.len(), 1);
     app.stop().await;
 }
+
+/// A conversation cache too small for even one conversation: every entry is evicted at once.
+fn tiny_cache(dir: &std::path::Path) -> toolrouter::config::Config {
+    toolrouter::config::Config {
+        conversation_cache_bytes: 1,
+        busy_timeout: std::time::Duration::from_secs(30),
+        ..config(dir)
+    }
+}
+
+#[tokio::test]
+async fn a_load_acknowledged_while_its_conversation_was_evicted_is_visible_to_every_later_route() {
+    let dir = temp_dir();
+    let mut app = spawn_app(tiny_cache(dir.path())).await;
+    app.set("sonarr_url", "x").await;
+    // A settings UI holds the write lock: the load waits in its commit, holding its entry.
+    let lock = crate::helpers::WriteLock::take(dir.path()).await;
+    let mut loader = app.client.clone();
+    let load = tokio::spawn(async move {
+        loader
+            .load_tool_group(toolrouter::proto::LoadToolGroupRequest {
+                conversation_id: "c1".into(),
+                group_name: "sonarr".into(),
+            })
+            .await
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    // Other conversations churn the cache meanwhile, and a turn of c1 arrives.
+    for n in 0..200 {
+        app.route("thanks", &format!("other-{n}")).await;
+    }
+    let mut router = app.client.clone();
+    let during = tokio::spawn(async move {
+        router
+            .route(toolrouter::proto::RouteRequest {
+                message: "thanks".into(),
+                conversation_id: "c1".into(),
+                ..Default::default()
+            })
+            .await
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    lock.release().await;
+    load.await.unwrap().expect("the load is acknowledged");
+    during
+        .await
+        .unwrap()
+        .expect("the turn during the load is answered");
+    for turn in 0..5 {
+        let r = app.route("thanks", "c1").await;
+        assert!(
+            decisions(&r)
+                .iter()
+                .any(|(d, why, _)| d == "sonarr" && *why == "REASON_LOADED"),
+            "turn {turn} after the acknowledged load: {:?}",
+            decisions(&r)
+        );
+    }
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn concurrent_loads_under_a_full_cache_are_each_visible_to_the_next_route() {
+    let dir = temp_dir();
+    let mut app = spawn_app(tiny_cache(dir.path())).await;
+    for key in ["sonarr_url", "radarr_url", "qbittorrent_url"] {
+        app.set(key, "x").await;
+    }
+    let mut workers = Vec::new();
+    for w in 0..8 {
+        let mut client = app.client.clone();
+        workers.push(tokio::spawn(async move {
+            for n in 0..15 {
+                // Two workers share each conversation, so a route and a load of one
+                // conversation race each other while others evict it.
+                let conversation_id = format!("c{}-{n}", w / 2);
+                let group = ["sonarr", "radarr", "qbittorrent"][w % 3];
+                client
+                    .load_tool_group(toolrouter::proto::LoadToolGroupRequest {
+                        conversation_id: conversation_id.clone(),
+                        group_name: group.into(),
+                    })
+                    .await
+                    .unwrap();
+                let r = client
+                    .route(toolrouter::proto::RouteRequest {
+                        message: "thanks".into(),
+                        conversation_id: conversation_id.clone(),
+                        ..Default::default()
+                    })
+                    .await
+                    .unwrap()
+                    .into_inner();
+                assert!(
+                    decisions(&r)
+                        .iter()
+                        .any(|(d, why, _)| d == group && *why == "REASON_LOADED"),
+                    "{conversation_id}: {group} acknowledged but not routed: {:?}",
+                    decisions(&r)
+                );
+            }
+        }));
+    }
+    for w in workers {
+        w.await.unwrap();
+    }
+    app.stop().await;
+}

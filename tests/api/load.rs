@@ -125,3 +125,51 @@ async fn a_loaded_group_comes_with_every_turn_of_its_conversation_only() {
     assert!(crate::helpers::decisions(&other).iter().all(|d| d.0 != "sonarr"));
     app.stop().await;
 }
+
+#[tokio::test]
+async fn a_20_kb_group_name_is_invalid_and_no_error_echoes_more_than_128_characters() {
+    let dir = temp_dir();
+    let mut app = spawn_app(config(dir.path())).await;
+    app.set("sonarr_url", "x").await;
+    let cut = |s: &str| format!("{}…", s.chars().take(128).collect::<String>());
+    let unknown = "g".repeat(200);
+    let cases: Vec<(String, Code, String)> = vec![
+        (
+            "x".repeat(20_000),
+            Code::InvalidArgument,
+            "'group_name' is 20000 bytes, over the limit of 256 bytes.".into(),
+        ),
+        (
+            "a".repeat(257),
+            Code::InvalidArgument,
+            "'group_name' is 257 bytes, over the limit of 256 bytes.".into(),
+        ),
+        (
+            "son\u{7}arr".into(),
+            Code::InvalidArgument,
+            "'group_name' must not contain control characters.".into(),
+        ),
+        (
+            unknown.clone(),
+            Code::NotFound,
+            format!(
+                "Tool group '{}' not found. Available groups: sonarr",
+                cut(&unknown)
+            ),
+        ),
+        (
+            "g".repeat(128),
+            Code::NotFound,
+            format!(
+                "Tool group '{}' not found. Available groups: sonarr",
+                "g".repeat(128)
+            ),
+        ),
+    ];
+    for (group, code, text) in cases {
+        let err = app.load("c1", &group).await.unwrap_err();
+        assert_eq!(err.code(), code, "{} bytes", group.len());
+        assert_eq!(err.message(), text);
+    }
+    app.stop().await;
+}

@@ -32,7 +32,35 @@ impl Daemon {
     /// Starts the binary on a free loopback port over the database in `dir` and waits until
     /// it logs that it is serving.
     fn start(dir: &Path, extra: &[&str]) -> Daemon {
-        let mut child = Command::new(BIN)
+        Daemon::start_with(dir, extra, |_| {})
+    }
+
+    /// Starts the binary with open-files limits `(soft, hard)`.
+    fn start_with_files(dir: &Path, extra: &[&str], (soft, hard): (u64, u64)) -> Daemon {
+        Daemon::start_with(dir, extra, |c| {
+            use std::os::unix::process::CommandExt as _;
+            let limit = libc::rlimit {
+                rlim_cur: soft as libc::rlim_t,
+                rlim_max: hard as libc::rlim_t,
+            };
+            // SAFETY: between fork and exec only setrlimit runs, which is async-signal-safe,
+            // on a value copied into the closure.
+            unsafe {
+                c.pre_exec(move || {
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &raw const limit) == 0 {
+                        Ok(())
+                    } else {
+                        Err(std::io::Error::last_os_error())
+                    }
+                });
+            }
+        })
+    }
+
+    fn start_with(dir: &Path, extra: &[&str], configure: impl FnOnce(&mut Command)) -> Daemon {
+        let mut command = Command::new(BIN);
+        configure(&mut command);
+        let mut child = command
             .args([
                 "serve",
                 "--listen",
@@ -535,4 +563,181 @@ async fn each_call_is_logged_once_without_its_text_and_counted_in_the_metrics() 
     for secret in ["torrents seeding", "user-42-private", "hello there", "\u{1b}["] {
         assert!(!log.contains(secret), "the log carries {secret:?}:\n{log}");
     }
+}
+
+async fn health(channel: tonic::transport::Channel) -> Result<i32, tonic::Status> {
+    use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
+    HealthClient::new(channel)
+        .check(HealthCheckRequest {
+            service: String::new(),
+        })
+        .await
+        .map(|r| r.into_inner().status)
+}
+
+#[tokio::test]
+async fn while_draining_health_on_open_connections_answers_not_serving_and_new_calls_are_unavailable() {
+    use tonic_health::pb::health_check_response::ServingStatus;
+    let dir = temp_dir();
+    set_settings(dir.path(), &[("sonarr_url", "x")]).await;
+    let mut daemon = Daemon::start(dir.path(), &["--busy-timeout", "30s"]);
+    // A load balancer's connection, open before the shutdown.
+    let probe = Connection::plain(&daemon.addr).channel().await.unwrap();
+    assert_eq!(
+        health(probe.clone()).await.unwrap(),
+        ServingStatus::Serving as i32
+    );
+    let lock = WriteLock::take(dir.path()).await;
+    let mut client = daemon.client().await;
+    let mut other = client.clone();
+    let in_flight = tokio::spawn(async move { client.load_tool_group(load_request("c1", "sonarr")).await });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    daemon.signal("TERM");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for _ in 0..3 {
+        let status = health(probe.clone()).await;
+        assert_eq!(
+            status.as_ref().ok(),
+            Some(&(ServingStatus::NotServing as i32)),
+            "health during the drain: {status:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let refused = other
+        .route(RouteRequest {
+            message: "thanks".into(),
+            conversation_id: String::new(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::Unavailable, "{refused:?}");
+    assert!(daemon.child.try_wait().unwrap().is_none(), "still draining");
+
+    lock.release().await;
+    let answer = in_flight.await.unwrap();
+    assert!(answer.is_ok(), "the call in flight finished: {answer:?}");
+    let status = daemon.exit(Duration::from_secs(20)).await.expect("exited");
+    assert_eq!(status.code(), Some(0), "{}", daemon.log());
+}
+
+#[tokio::test]
+async fn sigterm_closes_idle_connections_at_once_instead_of_waiting_the_drain_timeout() {
+    let dir = temp_dir();
+    let mut daemon = Daemon::start(dir.path(), &["--drain-timeout", "30s"]);
+    let addr = daemon.addr.trim_start_matches("http://").to_string();
+    // A socket that never sends anything, and an HTTP/2 connection with no call in flight.
+    let silent = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let idle = Connection::plain(&daemon.addr).channel().await.unwrap();
+    health(idle.clone()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let start = Instant::now();
+    daemon.signal("TERM");
+    let status = daemon
+        .exit(Duration::from_secs(5))
+        .await
+        .unwrap_or_else(|| panic!("still running 5 s after SIGTERM:\n{}", daemon.log()));
+    assert_eq!(status.code(), Some(0), "{}", daemon.log());
+    assert!(start.elapsed() < Duration::from_secs(5));
+    drop((silent, idle));
+}
+
+/// `(soft, hard)` open-files limits of a running process.
+fn open_files_limit(pid: u32) -> (String, String) {
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .unwrap()
+        .to_string();
+    let mut fields = line.split_whitespace().skip(3);
+    (
+        fields.next().unwrap().to_string(),
+        fields.next().unwrap().to_string(),
+    )
+}
+
+/// CPU time a process has used so far, in clock ticks.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // Fields after the command name (which may hold spaces): state is the 3rd field, utime
+    // and stime the 14th and 15th.
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+#[tokio::test]
+async fn the_daemon_raises_its_soft_open_files_limit_to_the_hard_limit() {
+    let dir = temp_dir();
+    let daemon = Daemon::start_with_files(dir.path(), &[], (100, 300));
+    assert_eq!(
+        open_files_limit(daemon.child.id()),
+        ("300".to_string(), "300".to_string())
+    );
+    assert!(daemon.log().contains("open-files limit"), "{}", daemon.log());
+}
+
+#[tokio::test]
+async fn silent_sockets_at_the_file_limit_neither_spin_the_accept_loop_nor_lock_out_new_clients() {
+    let dir = temp_dir();
+    let daemon = Daemon::start_with_files(dir.path(), &["--handshake-timeout", "1s"], (64, 64));
+    let addr = daemon.addr.trim_start_matches("http://").to_string();
+    // More silent sockets than the daemon has file descriptors; the test keeps them all open.
+    let mut silent = Vec::new();
+    for _ in 0..150 {
+        silent.push(tokio::net::TcpStream::connect(&addr).await.unwrap());
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let pid = daemon.child.id();
+    let before = cpu_ticks(pid);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let used = cpu_ticks(pid) - before;
+    // Clock ticks are 1/100 s: a spinning accept loop would use about 100 here.
+    assert!(
+        used < 30,
+        "the daemon used {used} ticks of CPU in 1 s while out of descriptors"
+    );
+    // The silent sockets are closed at the handshake timeout, so a new client gets in while
+    // they are all still open on this side.
+    let started = Instant::now();
+    let answer = tokio::time::timeout(Duration::from_secs(15), async {
+        Connection::plain(&daemon.addr)
+            .client()
+            .await
+            .unwrap()
+            .list_groups(ListGroupsRequest {})
+            .await
+    })
+    .await;
+    assert!(
+        matches!(answer, Ok(Ok(_))),
+        "a new client after {:?}: {answer:?}\n{}",
+        started.elapsed(),
+        daemon.log()
+    );
+    let log = daemon.log();
+    let streaks = log.matches("cannot accept connections").count();
+    let recoveries = log.matches("accepting connections again").count();
+    assert!(streaks >= 1, "{log}");
+    assert!(
+        recoveries == streaks || recoveries + 1 == streaks,
+        "one line per streak: {streaks} failures, {recoveries} recoveries\n{log}"
+    );
+    drop(silent);
+}
+
+#[tokio::test]
+async fn the_listen_backlog_is_configurable() {
+    let dir = temp_dir();
+    let daemon = Daemon::start(dir.path(), &["--listen-backlog", "7"]);
+    let port = daemon.addr.rsplit(':').next().unwrap().to_string();
+    let out = Command::new("ss")
+        .args(["-ltnH", &format!("sport = :{port}")])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    // For a listening socket, ss shows the backlog as Send-Q (the third column).
+    let send_q: Vec<&str> = text.lines().filter_map(|l| l.split_whitespace().nth(2)).collect();
+    assert_eq!(send_q, ["7"], "{text}");
 }

@@ -114,3 +114,97 @@ async fn the_registry_version_is_the_same_across_restarts() {
     assert_eq!(app.route("hi", "").await.registry_version, v1);
     app.stop().await;
 }
+
+/// Sends bytes as they are: a request body no generated client would produce.
+#[derive(Default)]
+struct RawCodec;
+
+struct Raw;
+
+impl tonic::codec::Codec for RawCodec {
+    type Encode = Vec<u8>;
+    type Decode = Vec<u8>;
+    type Encoder = Raw;
+    type Decoder = Raw;
+    fn encoder(&mut self) -> Raw {
+        Raw
+    }
+    fn decoder(&mut self) -> Raw {
+        Raw
+    }
+}
+
+impl tonic::codec::Encoder for Raw {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+    fn encode(&mut self, item: Vec<u8>, buf: &mut tonic::codec::EncodeBuf<'_>) -> Result<(), tonic::Status> {
+        bytes::BufMut::put_slice(buf, &item);
+        Ok(())
+    }
+}
+
+impl tonic::codec::Decoder for Raw {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+    fn decode(&mut self, buf: &mut tonic::codec::DecodeBuf<'_>) -> Result<Option<Vec<u8>>, tonic::Status> {
+        let n = bytes::Buf::remaining(buf);
+        Ok(Some(bytes::Buf::copy_to_bytes(buf, n).to_vec()))
+    }
+}
+
+#[tokio::test]
+async fn malformed_requests_are_invalid_argument_not_internal() {
+    let dir = temp_dir();
+    let app = spawn_app(config(dir.path())).await;
+    let mut grpc = tonic::client::Grpc::new(channel(&app).await);
+    let route = "/toolrouter.v1.ToolRouter/Route";
+    let load = "/toolrouter.v1.ToolRouter/LoadToolGroup";
+    let cases: &[(&str, &str, &[u8])] = &[
+        ("message not UTF-8", route, &[0x0a, 0x02, 0xff, 0xfe]),
+        (
+            "conversation_id not UTF-8",
+            route,
+            &[0x0a, 0x01, b'a', 0x12, 0x01, 0xc3],
+        ),
+        (
+            "group_name not UTF-8",
+            load,
+            &[0x0a, 0x02, b'c', b'1', 0x12, 0x01, 0xff],
+        ),
+        ("not protobuf", route, &[0xff, 0xff, 0xff, 0xff]),
+        ("a length past the end", route, &[0x0a, 0x10, b'a']),
+        (
+            "a string field sent as a varint",
+            route,
+            &[0x0a, 0x01, b'a', 0x0a],
+        ),
+        ("an invalid wire type", route, &[0x0f]),
+    ];
+    for &(what, path, body) in cases {
+        grpc.ready().await.unwrap();
+        let status = grpc
+            .unary(
+                tonic::Request::new(body.to_vec()),
+                tonic::codegen::http::uri::PathAndQuery::from_static(path),
+                RawCodec,
+            )
+            .await
+            .expect_err(what);
+        assert_eq!(status.code(), tonic::Code::InvalidArgument, "{what}: {status:?}");
+        assert!(
+            status.message().starts_with("The request could not be decoded"),
+            "{what}: {status:?}"
+        );
+    }
+    // The same raw path with a well-formed body is served.
+    grpc.ready().await.unwrap();
+    let ok = grpc
+        .unary(
+            tonic::Request::new(vec![0x0a, 0x06, b't', b'h', b'a', b'n', b'k', b's']),
+            tonic::codegen::http::uri::PathAndQuery::from_static(route),
+            RawCodec,
+        )
+        .await;
+    assert!(ok.is_ok(), "{ok:?}");
+    app.stop().await;
+}
