@@ -559,7 +559,7 @@ impl SearchIndex {
     }
 
     /// For each domain, up to `limit` words that best separate its tools from the rest of
-    /// the registry and that none of its keywords already covers, best first: terms ranked
+    /// the registry and that neither its keywords nor its name already cover, best first: terms ranked
     /// by the share of the domain's tools that hold them times their IDF outside it (SPEC §8
     /// `keywords suggest`).
     pub fn suggest_keywords(&self, registry: &Registry, limit: usize) -> Vec<Vec<(String, f32)>> {
@@ -574,10 +574,12 @@ impl SearchIndex {
                 if size == 0.0 {
                     return Vec::new();
                 }
+                // Its keywords, and its own name, which every tool of it carries.
                 let covered: Vec<String> = domain
                     .keywords
                     .iter()
-                    .flat_map(|k| self.analyzer.stems(k))
+                    .chain([&domain.name, &domain.display_name])
+                    .flat_map(|k| self.analyzer.stems(&analysis::split_identifier(k)))
                     .collect();
                 let mut ranked: Vec<(String, f32)> = (0..self.term_words.len() as u32)
                     .filter_map(|term| {

@@ -145,3 +145,122 @@ async fn health_exits_0_and_prints_serving_against_a_running_daemon() {
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "SERVING");
     app.stop().await;
 }
+
+/// Two small domains whose tools say what they do, and labelled messages over them.
+fn eval_fixture(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let folder = manifest_dir(
+        dir,
+        "eval",
+        &[
+            (
+                "climate.json",
+                r#"{"name":"climate","keywords":["thermostat"],"tools":[
+                    {"name":"set_temperature","description":"Set the target temperature of the heating","tier":"modify"},
+                    {"name":"read_temperature","description":"Read the room temperature","tier":"read"}]}"#,
+            ),
+            (
+                "media.json",
+                r#"{"name":"media","keywords":["movie"],"tools":[
+                    {"name":"play_film","description":"Play a film or a TV episode","tier":"modify"}]}"#,
+            ),
+        ],
+    );
+    let queries = dir.join("queries.jsonl");
+    std::fs::write(
+        &queries,
+        concat!(
+            r#"{"query":"set the thermostat to 20","domains":["climate"],"split":"a"}"#,
+            "\n",
+            r#"{"query":"turn the heating up","domains":["climate"],"split":"a"}"#,
+            "\n\n",
+            r#"{"query":"hello","domains":["media"],"split":"b","id":"x"}"#,
+            "\n",
+        ),
+    )
+    .unwrap();
+    (folder, queries)
+}
+
+#[test]
+fn eval_reports_each_split_and_ends_with_one_json_line() {
+    let dir = temp_dir();
+    let (folder, queries) = eval_fixture(dir.path());
+    let run = |search: &str| {
+        let out = Command::new(BIN)
+            .args(["eval", "--manifests"])
+            .arg(&folder)
+            .arg("--queries")
+            .arg(&queries)
+            .args(["--search", search])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+        let last: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+        (stdout, last)
+    };
+    let (table, report) = run("augment");
+    assert!(table.contains("SPLIT") && table.contains("overall"), "{table}");
+    // "turn the heating up" says no keyword: search finds climate; "hello" falls back to all.
+    assert_eq!(report["splits"]["a"]["strict_recall"], 1.0);
+    assert_eq!(report["splits"]["a"]["reasons"]["search"], 1);
+    assert_eq!(report["splits"]["b"]["fallback_rate"], 1.0);
+    assert_eq!(report["overall"]["queries"], 3);
+    assert_eq!(report["overall"]["strict_recall"], 1.0);
+    assert_eq!(report["registry_tools"], 3);
+    // (2 + 2 + 3) tools sent; oracle 2 + 2 + 1.
+    assert_eq!(report["overall"]["tools_sent"], 7.0 / 3.0);
+    assert_eq!(report["overall"]["cost_ratio"], 7.0 / 5.0);
+
+    let (_, keywords_only) = run("off");
+    assert_eq!(
+        keywords_only["splits"]["a"]["strict_recall"], 1.0,
+        "the fallback sent climate"
+    );
+    assert_eq!(keywords_only["splits"]["a"]["fallback_rate"], 0.5);
+}
+
+#[test]
+fn eval_names_a_bad_labelled_line() {
+    let dir = temp_dir();
+    let (folder, _) = eval_fixture(dir.path());
+    let bad = dir.path().join("bad.jsonl");
+    std::fs::write(
+        &bad,
+        "{\"query\":\"x\",\"domains\":[\"climate\"]}\n{\"query\": 3}\n",
+    )
+    .unwrap();
+    let out = Command::new(BIN)
+        .args(["eval", "--manifests"])
+        .arg(&folder)
+        .arg("--queries")
+        .arg(&bad)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(&format!("{}:2:", bad.display())), "{stderr}");
+}
+
+#[test]
+fn keywords_suggest_proposes_words_the_keywords_do_not_cover() {
+    let dir = temp_dir();
+    let (folder, _) = eval_fixture(dir.path());
+    let out = Command::new(BIN)
+        .args(["keywords", "suggest", "--json"])
+        .arg(&folder)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let climate = &v["domains"][0];
+    assert_eq!(climate["domain"], "climate");
+    let terms: Vec<&str> = climate["suggestions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["term"].as_str().unwrap())
+        .collect();
+    assert_eq!(terms.first(), Some(&"temperature"), "{terms:?}");
+    assert!(!terms.contains(&"thermostat"), "already a keyword: {terms:?}");
+}

@@ -10,6 +10,7 @@ mod operate;
 mod process;
 mod reload;
 mod route;
+mod search;
 mod security;
 mod server;
 mod settings;

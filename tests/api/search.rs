@@ -1,0 +1,286 @@
+//! Search routing, `SearchTools`, the `search_tools` meta-tool and `dry_run`, through the
+//! real server on the demo registry.
+
+use tonic::Code;
+use toolrouter::proto::{RouteRequest, SearchToolsRequest, SearchToolsResponse};
+
+use crate::helpers::{TestApp, config, decisions, spawn_app, temp_dir};
+
+async fn search(
+    app: &mut TestApp,
+    request: SearchToolsRequest,
+) -> Result<SearchToolsResponse, tonic::Status> {
+    app.client
+        .search_tools(request)
+        .await
+        .map(tonic::Response::into_inner)
+}
+
+fn query(q: &str) -> SearchToolsRequest {
+    SearchToolsRequest {
+        query: q.into(),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn an_exact_tool_name_ranks_first() {
+    let dir = temp_dir();
+    let mut app = spawn_app(config(dir.path())).await;
+    let r = search(&mut app, query("  QBT_Get_Torrent_Details "))
+        .await
+        .unwrap();
+    let first = r.hits[0].tool.as_ref().unwrap();
+    assert_eq!(first.name, "qbt_get_torrent_details");
+    assert_eq!(first.domain, "qbittorrent");
+    assert!(r.hits.len() <= 5, "the default limit is 5");
+    assert!(
+        r.hits.windows(2).skip(1).all(|w| w[0].score >= w[1].score),
+        "best first"
+    );
+    assert_ne!(r.registry_version, 0);
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn an_inactive_domain_is_listed_with_the_keys_to_set_and_never_loaded() {
+    let dir = temp_dir();
+    let mut app = spawn_app(config(dir.path())).await;
+    let r = search(
+        &mut app,
+        SearchToolsRequest {
+            query: "pause the seeding torrents".into(),
+            conversation_id: "s1".into(),
+            load: true,
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let top = &r.hits[0];
+    assert_eq!(top.tool.as_ref().unwrap().domain, "qbittorrent");
+    assert!(!top.active);
+    assert_eq!(
+        top.missing_settings_keys,
+        ["qbittorrent_url", "qbittorrent_username", "qbittorrent_password"]
+    );
+    assert!(
+        top.matched_terms.contains(&"torrents".to_string()),
+        "{:?}",
+        top.matched_terms
+    );
+    assert!(
+        !r.loaded_groups.contains(&"qbittorrent".to_string()),
+        "inactive: not loaded"
+    );
+    assert!(
+        r.text.contains("(qbittorrent)") && r.text.contains("not configured: set one of qbittorrent_url"),
+        "{}",
+        r.text
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn load_puts_the_top_groups_into_the_conversation_before_answering() {
+    let dir = temp_dir();
+    let c = config(dir.path());
+    let mut app = spawn_app(c.clone()).await;
+    app.set("qbittorrent_url", "http://nas:8080").await;
+    let r = search(
+        &mut app,
+        SearchToolsRequest {
+            query: "pause the seeding torrents".into(),
+            limit: 20,
+            conversation_id: "s1".into(),
+            load: true,
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.loaded_groups.first().map(String::as_str), Some("qbittorrent"));
+    assert!(
+        r.loaded_groups.len() <= 3,
+        "at most 3 groups: {:?}",
+        r.loaded_groups
+    );
+    assert!(
+        !r.loaded_groups.contains(&"system".to_string()),
+        "core is never loaded"
+    );
+    assert!(
+        r.text.contains("Loaded for this conversation: qbittorrent"),
+        "{}",
+        r.text
+    );
+    app.stop().await;
+
+    // Persisted before the answer: a new server on the same database routes it as loaded.
+    let mut again = spawn_app(c).await;
+    let routed = again.route("thanks", "s1").await;
+    assert!(
+        decisions(&routed).contains(&("qbittorrent".into(), "REASON_LOADED", vec![])),
+        "{:?}",
+        decisions(&routed)
+    );
+    again.stop().await;
+}
+
+#[tokio::test]
+async fn nothing_matched_says_so_and_lists_the_active_groups() {
+    let dir = temp_dir();
+    let mut app = spawn_app(config(dir.path())).await;
+    app.set("pihole_url", "http://pi.hole").await;
+    let r = search(&mut app, query("xyzzy plugh")).await.unwrap();
+    assert!(r.hits.is_empty());
+    assert_eq!(r.text, "No tools matched 'xyzzy plugh'. Active groups: pihole.");
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn bad_search_requests_are_invalid_arguments_a_person_can_act_on() {
+    let dir = temp_dir();
+    let mut c = config(dir.path());
+    c.max_message_bytes = 100;
+    let mut app = spawn_app(c).await;
+    let cases: &[(SearchToolsRequest, &str)] = &[
+        (query(" "), "Required parameter 'query' is missing."),
+        (
+            query(&"a".repeat(101)),
+            "'query' is 101 bytes, over the limit of 100 bytes",
+        ),
+        (
+            SearchToolsRequest {
+                query: "torrents".into(),
+                load: true,
+                ..Default::default()
+            },
+            "Required parameter 'conversation_id' is missing (needed with 'load').",
+        ),
+        (
+            SearchToolsRequest {
+                query: "torrents".into(),
+                conversation_id: "a\u{7}b".into(),
+                ..Default::default()
+            },
+            "control characters",
+        ),
+    ];
+    for (request, message) in cases {
+        let e = search(&mut app, request.clone()).await.unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument, "{request:?}");
+        assert!(e.message().contains(message), "{request:?}: {}", e.message());
+    }
+    let many = search(
+        &mut app,
+        SearchToolsRequest {
+            query: "list".into(),
+            limit: 500,
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(many.hits.len(), 20, "a larger limit is cut to 20");
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn route_finds_a_domain_by_search_explains_it_and_remembers_it() {
+    let dir = temp_dir();
+    let mut app = spawn_app(config(dir.path())).await;
+    app.set("pihole_url", "http://pi.hole").await;
+    app.set("jellyfin_url", "http://media").await;
+    let r = app.route("why do I still see ads on my phone?", "c1").await;
+    assert!(!r.fallback);
+    let pihole = r
+        .domains
+        .iter()
+        .find(|d| d.domain == "pihole")
+        .expect("pihole routed");
+    assert_eq!(pihole.reason, toolrouter::proto::Reason::Search as i32);
+    assert!(pihole.matched_keywords.is_empty());
+    assert_eq!(pihole.matched_terms, ["ads"]);
+    assert!(pihole.score > 0.0);
+    // A search hit joins the conversation like a keyword hit.
+    let later = app.route("thanks", "c1").await;
+    assert!(!later.fallback);
+    assert!(decisions(&later).contains(&("pihole".into(), "REASON_STICKY", vec![])));
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn search_off_routes_by_keywords_only() {
+    let dir = temp_dir();
+    let mut c = config(dir.path());
+    c.search = toolrouter::search::SearchMode::Off;
+    let mut app = spawn_app(c).await;
+    app.set("pihole_url", "http://pi.hole").await;
+    let r = app.route("why do I still see ads on my phone?", "").await;
+    assert!(r.fallback);
+    assert!(
+        r.domains
+            .iter()
+            .all(|d| d.matched_terms.is_empty() && d.score == 0.0)
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_dry_run_records_nothing() {
+    let dir = temp_dir();
+    let mut app = spawn_app(config(dir.path())).await;
+    app.set("qbittorrent_url", "http://nas:8080").await;
+    let dry = app
+        .client
+        .route(RouteRequest {
+            message: "are my torrents seeding?".into(),
+            conversation_id: "d1".into(),
+            dry_run: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(decisions(&dry).contains(&(
+        "qbittorrent".into(),
+        "REASON_KEYWORD",
+        vec!["torrent".into(), "seeding".into()]
+    )));
+    let after = app.route("thanks", "d1").await;
+    assert!(
+        after.fallback,
+        "the dry run left nothing sticky: {:?}",
+        decisions(&after)
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn the_search_tools_meta_tool_follows_load_tool_group_and_can_be_turned_off() {
+    let dir = temp_dir();
+    let c = config(dir.path());
+    let mut app = spawn_app(c.clone()).await;
+    app.set("pihole_url", "http://pi.hole").await;
+    let r = app.route("hello", "").await;
+    let names: Vec<&str> = r.tools.iter().take(2).map(|t| t.name.as_str()).collect();
+    assert_eq!(names, ["load_tool_group", "search_tools"]);
+    let meta = &r.tools[1];
+    assert_eq!((meta.domain.as_str(), meta.tier.as_str()), ("", "read"));
+    let schema: serde_json::Value = serde_json::from_str(&meta.input_schema_json).unwrap();
+    assert_eq!(schema["required"], serde_json::json!(["query"]));
+    assert_eq!(schema["properties"]["query"]["type"], "string");
+    assert_eq!(schema["properties"]["limit"]["type"], "integer");
+    // Fixed for a snapshot: the same schema on every turn.
+    let again = app.route("something else entirely", "").await;
+    assert_eq!(again.tools[1], r.tools[1]);
+    app.stop().await;
+
+    let mut off = c;
+    off.expose_search_tools = false;
+    let mut app = spawn_app(off).await;
+    let r = app.route("hello", "").await;
+    assert!(r.tools.iter().all(|t| t.name != "search_tools"));
+    assert_eq!(r.tools[0].name, "load_tool_group");
+    app.stop().await;
+}
