@@ -237,7 +237,6 @@ async fn a_dry_run_records_nothing() {
             message: "are my torrents seeding?".into(),
             conversation_id: "d1".into(),
             dry_run: true,
-            ..Default::default()
         })
         .await
         .unwrap()
