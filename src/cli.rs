@@ -626,7 +626,12 @@ fn init_tracing(format: LogFormat) {
     // `try_init` fails only when a subscriber is already set (tests); keeping it is fine.
     let _ = match format {
         LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder.json().try_init(),
+        LogFormat::Json => builder
+            .json()
+            .event_format(crate::telemetry::JsonLogFormat(
+                tracing_subscriber::fmt::format().json(),
+            ))
+            .try_init(),
     };
 }
 

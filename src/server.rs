@@ -360,9 +360,12 @@ pub async fn serve(
     use tonic::codec::CompressionEncoding;
     let service = ToolRouterServer::new(ToolRouterService::new(state.clone()))
         .max_decoding_message_size(decode_limit)
-        // gzip both ways: accepted on requests, used for answers when the client accepts it.
+        // gzip and zstd both ways: accepted on requests, used for answers in the first of
+        // them the client lists in grpc-accept-encoding.
         .accept_compressed(CompressionEncoding::Gzip)
-        .send_compressed(CompressionEncoding::Gzip);
+        .accept_compressed(CompressionEncoding::Zstd)
+        .send_compressed(CompressionEncoding::Gzip)
+        .send_compressed(CompressionEncoding::Zstd);
     let mut builder = Server::builder()
         .http2_keepalive_interval(Some(HTTP2_KEEPALIVE.0))
         .http2_keepalive_timeout(Some(HTTP2_KEEPALIVE.1));

@@ -23,6 +23,9 @@ use prometheus::{
 };
 use tonic::codegen::http;
 use tower_service::Service;
+use tracing_subscriber::fmt::format::Writer;
+use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
+use tracing_subscriber::registry::LookupSpan;
 
 use crate::state::State;
 
@@ -122,7 +125,7 @@ impl Metrics {
         let route_domains = reg!(IntCounterVec::new(
             Opts::new(
                 "toolrouter_route_domains_total",
-                "Domains included in Route answers, by domain and reason (core, keyword, sticky, loaded, fallback)."
+                "Domains included in Route answers, by domain and reason (core, keyword, search, sticky, loaded, fallback); reason=\"search\" counts search hits."
             ),
             &["domain", "reason"]
         ));
@@ -375,15 +378,20 @@ where
                         tracing::debug!(method = %method, code = code_name, latency_ms, "call");
                     } else {
                         let s = summary.cloned().unwrap_or_default();
-                        let domains: Vec<String> =
-                            s.domains.iter().map(|(d, r)| format!("{d}:{r}")).collect();
+                        // JSON text, so the JSON log format can embed it as a real array.
+                        let domains = serde_json::Value::from(
+                            s.domains
+                                .iter()
+                                .map(|(d, r)| format!("{d}:{r}"))
+                                .collect::<Vec<String>>(),
+                        );
                         tracing::info!(
                             method = %method,
                             code = code_name,
                             latency_ms,
                             conversation = s.conversation.as_deref().unwrap_or(""),
                             tools = s.tools.unwrap_or(0),
-                            domains = %domains.join(","),
+                            domains = %domains,
                             fallback = s.fallback.unwrap_or(false),
                             group = s.group.as_deref().unwrap_or(""),
                             "call"
@@ -397,6 +405,57 @@ where
             }
             result
         })
+    }
+}
+
+/// Fields logged as JSON text (`domains`, a list). The text log format shows that text
+/// (`domains=["system:core","docker:keyword"]`); [`JsonLogFormat`] embeds it as a JSON value,
+/// so a list field is a real JSON array, not a string.
+pub const JSON_VALUED_FIELDS: &[&str] = &["domains"];
+
+/// The `--log-format json` event format: tracing-subscriber's JSON format (`F`), with the
+/// fields in [`JSON_VALUED_FIELDS`] embedded as JSON values instead of strings. Events
+/// without such a field are written by `F` untouched.
+pub struct JsonLogFormat<F>(pub F);
+
+impl<S, N, F> FormatEvent<S, N> for JsonLogFormat<F>
+where
+    F: FormatEvent<S, N>,
+    S: tracing::Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        ctx: &FmtContext<'_, S, N>,
+        mut writer: Writer<'_>,
+        event: &tracing::Event<'_>,
+    ) -> std::fmt::Result {
+        let fields = event.metadata().fields();
+        if !JSON_VALUED_FIELDS.iter().any(|name| fields.field(name).is_some()) {
+            return self.0.format_event(ctx, writer, event);
+        }
+        let mut line = String::new();
+        self.0.format_event(ctx, Writer::new(&mut line), event)?;
+        let Ok(serde_json::Value::Object(mut object)) = serde_json::from_str(&line) else {
+            return writer.write_str(&line);
+        };
+        // The fields are under "fields", or at the top level when flattened.
+        if let Some(serde_json::Value::Object(fields)) = object.get_mut("fields") {
+            embed_json_fields(fields);
+        }
+        embed_json_fields(&mut object);
+        writeln!(writer, "{}", serde_json::Value::Object(object))
+    }
+}
+
+fn embed_json_fields(fields: &mut serde_json::Map<String, serde_json::Value>) {
+    for name in JSON_VALUED_FIELDS {
+        if let Some(value) = fields.get_mut(*name)
+            && let Some(text) = value.as_str()
+            && let Ok(parsed) = serde_json::from_str(text)
+        {
+            *value = parsed;
+        }
     }
 }
 

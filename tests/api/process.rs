@@ -545,7 +545,17 @@ async fn each_call_is_logged_once_without_its_text_and_counted_in_the_metrics() 
         first["conversation"],
         toolrouter::telemetry::conversation_hash("user-42-private")
     );
-    assert_eq!(first["domains"], "system:core,qbittorrent:keyword", "{first}");
+    // A list is a real JSON array, not a joined string.
+    assert_eq!(
+        first["domains"],
+        serde_json::json!(["system:core", "qbittorrent:keyword"]),
+        "{first}"
+    );
+    assert_eq!(
+        calls[2]["fields"]["domains"],
+        serde_json::json!(["system:core", "qbittorrent:fallback"]),
+        "{log}"
+    );
     assert_eq!(first["fallback"], false, "{first}");
     let failed: Vec<&serde_json::Value> = lines
         .iter()
@@ -563,6 +573,68 @@ async fn each_call_is_logged_once_without_its_text_and_counted_in_the_metrics() 
     for secret in ["torrents seeding", "user-42-private", "hello there", "\u{1b}["] {
         assert!(!log.contains(secret), "the log carries {secret:?}:\n{log}");
     }
+}
+
+#[tokio::test]
+async fn a_search_hit_is_counted_per_domain_and_logged_in_a_json_array() {
+    let dir = temp_dir();
+    set_settings(dir.path(), &[("qbittorrent_url", "http://nas:8080")]).await;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let metrics = format!("127.0.0.1:{port}");
+    let daemon = Daemon::start(dir.path(), &["--metrics-listen", &metrics]);
+    let search = r#"toolrouter_route_domains_total{domain="qbittorrent",reason="search"}"#;
+    let before = scrape(&metrics);
+    assert_eq!(sample(&before, search), 0.0, "{before}");
+
+    // No qbittorrent keyword in it: the search index routes it.
+    let r = daemon
+        .client()
+        .await
+        .route(RouteRequest {
+            message: "pause all my downloads".into(),
+            conversation_id: String::new(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let reasons: Vec<(String, toolrouter::proto::Reason)> =
+        r.domains.iter().map(|d| (d.domain.clone(), d.reason())).collect();
+    assert_eq!(
+        reasons,
+        [
+            ("system".to_string(), toolrouter::proto::Reason::Core),
+            ("qbittorrent".to_string(), toolrouter::proto::Reason::Search),
+        ],
+        "{r:?}"
+    );
+
+    let after = scrape(&metrics);
+    assert_eq!(sample(&after, search), 1.0, "{after}");
+    assert_eq!(
+        sample(
+            &after,
+            r#"toolrouter_route_domains_total{domain="qbittorrent",reason="keyword"}"#
+        ),
+        0.0,
+        "{after}"
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let log = daemon.log();
+    let call = log
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| v["fields"]["message"] == "call" && v["fields"]["method"] == "Route")
+        .unwrap_or_else(|| panic!("no Route call line:\n{log}"));
+    assert_eq!(
+        call["fields"]["domains"],
+        serde_json::json!(["system:core", "qbittorrent:search"]),
+        "{log}"
+    );
 }
 
 async fn health(channel: tonic::transport::Channel) -> Result<i32, tonic::Status> {

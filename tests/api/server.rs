@@ -104,6 +104,58 @@ async fn gzip_requests_and_answers_work_and_oversized_messages_get_the_documente
 }
 
 #[tokio::test]
+async fn zstd_and_gzip_compress_requests_and_answers_each_way() {
+    use tonic::codec::CompressionEncoding::{Gzip, Zstd};
+    use toolrouter::proto::{RouteRequest, tool_router_client::ToolRouterClient};
+    let dir = temp_dir();
+    let app = spawn_app(config(dir.path())).await;
+    // (request encoding, accepted answer encoding, the answer's grpc-encoding)
+    let cases = [
+        (Some(Zstd), Some(Zstd), Some("zstd")),
+        (Some(Zstd), None, None),
+        (None, Some(Zstd), Some("zstd")),
+        (Some(Gzip), Some(Zstd), Some("zstd")),
+        (Some(Zstd), Some(Gzip), Some("gzip")),
+    ];
+    for (send, accept, want) in cases {
+        let mut client = ToolRouterClient::new(channel(&app).await);
+        if let Some(e) = send {
+            client = client.send_compressed(e);
+        }
+        if let Some(e) = accept {
+            client = client.accept_compressed(e);
+        }
+        let case = format!("send {send:?}, accept {accept:?}");
+        let r = client
+            .route(RouteRequest {
+                message: "check the disk space".into(),
+                conversation_id: String::new(),
+                ..Default::default()
+            })
+            .await
+            .unwrap_or_else(|e| panic!("{case}: {e:?}"));
+        assert_eq!(
+            r.metadata().get("grpc-encoding").map(|v| v.to_str().unwrap()),
+            want,
+            "{case}"
+        );
+        assert!(!r.into_inner().tools.is_empty(), "{case}");
+        // A compressed request over the field limit still gets the field limit named.
+        let e = client
+            .route(RouteRequest {
+                message: "x".repeat(70_000),
+                conversation_id: String::new(),
+                ..Default::default()
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), tonic::Code::InvalidArgument, "{case}: {e:?}");
+        assert!(e.message().contains("65536"), "{case}: {e:?}");
+    }
+    app.stop().await;
+}
+
+#[tokio::test]
 async fn the_registry_version_is_the_same_across_restarts() {
     let dir = temp_dir();
     let c = config(dir.path());
