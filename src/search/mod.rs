@@ -545,7 +545,17 @@ impl SearchIndex {
         let mut local = vec![0f32; self.max_domain_tools];
         // Domains worth scoring exactly, and those scored: (domain, score, best tool).
         let mut queue: Vec<u32> = Vec::new();
-        let mut scored: Vec<(DomainId, f32, u32)> = Vec::new();
+        let mut scored: Vec<(DomainId, f32, u32, bool)> = Vec::new();
+        // The best `per_segment` scores of eligible domains so far, best first.
+        let cap = options.per_segment;
+        let mut kept: Vec<f32> = Vec::with_capacity(cap + 1);
+        let keep = |kept: &mut Vec<f32>, s: f32| {
+            if cap > 0 && (kept.len() < cap || kept.last().is_some_and(|&k| s > k)) {
+                let at = kept.partition_point(|&k| k >= s);
+                kept.insert(at, s);
+                kept.truncate(cap);
+            }
+        };
         // A domain scored below `pruning * top` cannot be a hit nor the best (min_ratio
         // above 1 prunes as 1 would; NaN as 1 too, and then nothing passes the filter).
         let pruning = options.min_ratio.min(1.0);
@@ -582,7 +592,11 @@ impl SearchIndex {
             {
                 let (s, tool) = self.domain_score(first, &terms, &mut local);
                 top = s;
-                scored.push((first as DomainId, s, tool));
+                let ok = eligible(first as DomainId);
+                if ok {
+                    keep(&mut kept, s);
+                }
+                scored.push((first as DomainId, s, tool, ok));
                 let floor = pruning * top;
                 queue.extend(
                     touched_domains
@@ -592,13 +606,21 @@ impl SearchIndex {
                 );
                 queue.sort_by(|&a, &b| bound[b as usize].total_cmp(&bound[a as usize]).then(a.cmp(&b)));
                 for &d in &queue {
-                    if bound[d as usize] < pruning * top {
+                    let b = bound[d as usize];
+                    // Once `per_segment` eligible domains score above a bound, a domain
+                    // under it cannot make the cut either (nor be the best).
+                    if b < pruning * top || (kept.len() == cap && kept.last().is_some_and(|&k| b < k)) {
                         break;
                     }
                     let (s, tool) = self.domain_score(d, &terms, &mut local);
                     top = top.max(s);
-                    scored.push((d as DomainId, s, tool));
+                    let ok = eligible(d as DomainId);
+                    if ok {
+                        keep(&mut kept, s);
+                    }
+                    scored.push((d as DomainId, s, tool, ok));
                 }
+                kept.clear();
                 queue.clear();
             }
             for &d in &touched_domains {
@@ -607,7 +629,8 @@ impl SearchIndex {
             touched_domains.clear();
             let mut candidates: Vec<(DomainId, f32, u32)> = scored
                 .drain(..)
-                .filter(|&(d, s, _)| s >= options.min_ratio * top && eligible(d))
+                .filter(|&(_, s, _, ok)| s >= options.min_ratio * top && ok)
+                .map(|(d, s, tool, _)| (d, s, tool))
                 .collect();
             candidates.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
             candidates.truncate(options.per_segment);
