@@ -331,6 +331,25 @@ pub fn words(text: &str) -> impl Iterator<Item = Word> + '_ {
     })
 }
 
+/// Calls `f` with each word of `text` and its span, exactly as [`words`] yields them, but
+/// lowercased into one reused buffer: an ASCII word (the common case) costs no allocation.
+pub fn for_each_word(text: &str, buf: &mut String, mut f: impl FnMut(Range<usize>, &str)) {
+    for (start, w) in text.unicode_word_indices() {
+        let w = w
+            .strip_suffix("'s")
+            .or_else(|| w.strip_suffix("\u{2019}s"))
+            .unwrap_or(w);
+        buf.clear();
+        if w.is_ascii() {
+            buf.push_str(w);
+            buf.make_ascii_lowercase();
+        } else {
+            buf.push_str(&w.to_lowercase().replace('\u{2019}', "'"));
+        }
+        f(start..start + w.len(), buf);
+    }
+}
+
 /// The words of an identifier such as a tool or property name: split at `_`, `-`, `.`,
 /// spaces, case changes (`getHealthWorkforce`, `HTTPServer`) and between letters and digits,
 /// then joined with spaces so [`words`] reads them.
@@ -440,6 +459,28 @@ mod tests {
         for (text, want) in cases {
             let got: Vec<String> = words(text).map(|w| w.text).collect();
             assert_eq!(&got, want, "{text}");
+        }
+    }
+
+    #[test]
+    fn the_buffered_words_equal_the_allocating_ones() {
+        let cases = [
+            "Turn OFF the lights!",
+            "Jellyfin's library and the NAS\u{2019}s disks",
+            "don\u{2019}t stop, don't STOP",
+            "Spiel das H\u{d6}RBUCH \u{fc}ber \u{39f}\u{394}\u{3a5}\u{3a3}\u{3a3}\u{395}\u{391}\u{3a3}",
+            "pi-hole, 3.5 GB at 10:30; e-mail user_name@example.com",
+            "caf\u{e9} na\u{ef}ve \u{130}stanbul \u{1e9e} \u{65e5}\u{672c}\u{8a9e}\u{30c6}\u{30ad}\u{30b9}\u{30c8}",
+            "",
+            "...",
+        ];
+        for text in cases {
+            let want: Vec<(Range<usize>, String)> = words(text).map(|w| (w.span, w.text)).collect();
+            let mut got = Vec::new();
+            for_each_word(text, &mut String::new(), |span, w| {
+                got.push((span, w.to_string()))
+            });
+            assert_eq!(got, want, "{text}");
         }
     }
 

@@ -181,6 +181,13 @@ pub struct SearchIndex {
     post_start: Vec<u32>,
     post_tool: Vec<u32>,
     post_weight: Vec<f32>,
+    /// Per (term, domain): term `t`'s are `dom_post[dom_post_start[t]..dom_post_start[t + 1]]`,
+    /// sorted by domain. Tools of a domain are contiguous, so each names its slice of the
+    /// term's tool postings, with the best weight in it (the term's bound in that domain).
+    dom_post_start: Vec<u32>,
+    dom_post: Vec<DomainPosting>,
+    /// The most tools any domain has.
+    max_domain_tools: usize,
     /// Document frequency of each term, in tools.
     df: Vec<u32>,
     /// Global tool -> its domain, and the first global tool of each domain (one more entry
@@ -189,6 +196,17 @@ pub struct SearchIndex {
     domain_start: Vec<u32>,
     /// Lowercased tool name -> global tool, for exact-name lookups.
     names: HashMap<String, u32, foldhash::fast::FixedState>,
+}
+
+/// A term's postings in one domain.
+#[derive(Debug, Clone, Copy)]
+struct DomainPosting {
+    domain: u32,
+    /// The largest weight of the term among the domain's tools.
+    max: f32,
+    /// The term's tool postings in the domain: `post_tool[start..end]`.
+    start: u32,
+    end: u32,
 }
 
 /// One tool's analysed document: each (term, field) occurrence, sorted, and its length in
@@ -362,6 +380,34 @@ impl SearchIndex {
             }
         }
         post_start.push(post_tool.len() as u32);
+        let mut dom_post_start = Vec::with_capacity(terms.len() + 1);
+        let mut dom_post: Vec<DomainPosting> = Vec::new();
+        for term in 0..terms.len() {
+            let first = dom_post.len();
+            dom_post_start.push(first as u32);
+            for i in post_start[term]..post_start[term + 1] {
+                let domain = tool_domain[post_tool[i as usize] as usize];
+                let w = post_weight[i as usize];
+                match dom_post[first..].last_mut() {
+                    Some(p) if p.domain == domain && p.end == i => {
+                        p.max = p.max.max(w);
+                        p.end = i + 1;
+                    }
+                    _ => dom_post.push(DomainPosting {
+                        domain,
+                        max: w,
+                        start: i,
+                        end: i + 1,
+                    }),
+                }
+            }
+        }
+        dom_post_start.push(dom_post.len() as u32);
+        let max_domain_tools = domain_start
+            .windows(2)
+            .map(|w| (w[1] - w[0]) as usize)
+            .max()
+            .unwrap_or(0);
         SearchIndex {
             analyzer,
             terms,
@@ -370,6 +416,9 @@ impl SearchIndex {
             post_start,
             post_tool,
             post_weight,
+            dom_post_start,
+            dom_post,
+            max_domain_tools,
             df,
             tool_domain,
             domain_start,
@@ -394,16 +443,55 @@ impl SearchIndex {
     }
 
     /// The distinct terms of a piece of text, each with the first word that stands for it.
-    fn query_terms(&self, text: &str, offset: usize) -> Vec<(TermId, Range<usize>)> {
+    fn query_terms(&self, text: &str, offset: usize, buf: &mut String) -> Vec<(TermId, Range<usize>)> {
         let mut out: Vec<(TermId, Range<usize>)> = Vec::new();
-        for w in analysis::words(text) {
-            if let Some(term) = self.term(&w.text)
+        analysis::for_each_word(text, buf, |span, word| {
+            if let Some(term) = self.term(word)
                 && !out.iter().any(|(t, _)| *t == term)
             {
-                out.push((term, offset + w.span.start..offset + w.span.end));
+                out.push((term, offset + span.start..offset + span.end));
+            }
+        });
+        out
+    }
+
+    /// A term's postings by domain.
+    fn domain_postings(&self, term: TermId) -> &[DomainPosting] {
+        &self.dom_post
+            [self.dom_post_start[term as usize] as usize..self.dom_post_start[term as usize + 1] as usize]
+    }
+
+    /// A domain's exact score for a segment's terms (what its best tool scores) and that
+    /// tool (ties go to the earlier tool, so the explanation is deterministic). Each tool's
+    /// weights are summed in term order, as [`SearchIndex::accumulate`] does. `local` is
+    /// scratch of at least the domain's tool count, all zero, and left so.
+    fn domain_score(&self, d: u32, terms: &[(TermId, Range<usize>)], local: &mut [f32]) -> (f32, u32) {
+        let first = self.domain_start[d as usize];
+        let slice = |term: TermId| {
+            let list = self.domain_postings(term);
+            list.binary_search_by_key(&d, |p| p.domain)
+                .ok()
+                .map(|i| list[i].start as usize..list[i].end as usize)
+        };
+        for (term, _) in terms {
+            if let Some(range) = slice(*term) {
+                for (&tool, &w) in self.post_tool[range.clone()].iter().zip(&self.post_weight[range]) {
+                    local[(tool - first) as usize] += w;
+                }
             }
         }
-        out
+        let mut best = (0f32, 0u32);
+        for (term, _) in terms {
+            if let Some(range) = slice(*term) {
+                for &tool in &self.post_tool[range] {
+                    let s = std::mem::take(&mut local[(tool - first) as usize]);
+                    if s > best.0 || (s == best.0 && s > 0.0 && tool < best.1) {
+                        best = (s, tool);
+                    }
+                }
+            }
+        }
+        best
     }
 
     fn postings(&self, term: TermId) -> (&[u32], &[f32]) {
@@ -450,47 +538,100 @@ impl SearchIndex {
         eligible: impl Fn(DomainId) -> bool,
     ) -> Vec<DomainHit> {
         let domains = self.domain_start.len() - 1;
-        let mut scores = vec![0f32; self.tool_domain.len()];
-        let mut touched: Vec<u32> = Vec::new();
-        // Per domain: best score and the tool that has it, for the current segment.
-        let mut best: Vec<(f32, u32)> = vec![(0.0, 0); domains];
+        let mut buf = String::new();
+        // Per domain: an upper bound of its score in the current segment.
+        let mut bound = vec![0f32; domains];
         let mut touched_domains: Vec<u32> = Vec::new();
+        let mut local = vec![0f32; self.max_domain_tools];
+        // Domains worth scoring exactly, and those scored: (domain, score, best tool).
+        let mut queue: Vec<u32> = Vec::new();
+        let mut scored: Vec<(DomainId, f32, u32, bool)> = Vec::new();
+        // The best `per_segment` scores of eligible domains so far, best first.
+        let cap = options.per_segment;
+        let mut kept: Vec<f32> = Vec::with_capacity(cap + 1);
+        let keep = |kept: &mut Vec<f32>, s: f32| {
+            if cap > 0 && (kept.len() < cap || kept.last().is_some_and(|&k| s > k)) {
+                let at = kept.partition_point(|&k| k >= s);
+                kept.insert(at, s);
+                kept.truncate(cap);
+            }
+        };
+        // A domain scored below `pruning * top` cannot be a hit nor the best (min_ratio
+        // above 1 prunes as 1 would; NaN as 1 too, and then nothing passes the filter).
+        let pruning = options.min_ratio.min(1.0);
         // Per segment that found anything: its best score and its candidate hits.
         let mut found: Vec<Scored> = Vec::new();
 
         for segment in analysis::segments(message) {
-            let terms = self.query_terms(&message[segment.clone()], segment.start);
+            let terms = self.query_terms(&message[segment.clone()], segment.start, &mut buf);
             if terms.is_empty() {
                 continue;
             }
-            self.accumulate(&terms, &mut scores, &mut touched);
-            for &tool in &touched {
-                let d = self.tool_domain[tool as usize];
-                let s = scores[tool as usize];
-                let slot = &mut best[d as usize];
-                if slot.0 == 0.0 {
-                    touched_domains.push(d);
+            // Bounds (exact pruning, MaxScore style): a domain's bound is the sum, in term
+            // order, of each term's largest weight among its tools. Float addition is
+            // monotone, so it is at least the score of every tool of the domain, whose
+            // weights are summed in the same order.
+            for (term, _) in &terms {
+                for p in self.domain_postings(*term) {
+                    let b = &mut bound[p.domain as usize];
+                    if *b == 0.0 {
+                        touched_domains.push(p.domain);
+                    }
+                    *b += p.max;
                 }
-                // Ties go to the earlier tool, so the explanation is deterministic.
-                if s > slot.0 || (s == slot.0 && tool < slot.1) {
-                    *slot = (s, tool);
-                }
-                scores[tool as usize] = 0.0;
             }
-            touched.clear();
-            let top = touched_domains
+            // The domain with the largest bound gives a first best score; only domains
+            // whose bound reaches `pruning` of it are scored, largest bound first, until
+            // the next bound falls below `pruning` of the best so far. Every skipped domain
+            // scores below `pruning * top` <= `min_ratio * top` and below `top`, so `top`
+            // and the candidates are exactly those of scoring every domain.
+            let mut top = 0f32;
+            if let Some(&first) = touched_domains
                 .iter()
-                .map(|&d| best[d as usize].0)
-                .fold(0f32, f32::max);
-            let mut candidates: Vec<(DomainId, f32, u32)> = touched_domains
-                .iter()
-                .map(|&d| (d as DomainId, best[d as usize].0, best[d as usize].1))
-                .filter(|&(d, s, _)| s >= options.min_ratio * top && eligible(d))
-                .collect();
+                .max_by(|&&a, &&b| bound[a as usize].total_cmp(&bound[b as usize]).then(b.cmp(&a)))
+            {
+                let (s, tool) = self.domain_score(first, &terms, &mut local);
+                top = s;
+                let ok = eligible(first as DomainId);
+                if ok {
+                    keep(&mut kept, s);
+                }
+                scored.push((first as DomainId, s, tool, ok));
+                let floor = pruning * top;
+                queue.extend(
+                    touched_domains
+                        .iter()
+                        .copied()
+                        .filter(|&d| d != first && bound[d as usize] >= floor),
+                );
+                queue.sort_by(|&a, &b| bound[b as usize].total_cmp(&bound[a as usize]).then(a.cmp(&b)));
+                for &d in &queue {
+                    let b = bound[d as usize];
+                    // Once `per_segment` eligible domains score above a bound, a domain
+                    // under it cannot make the cut either (nor be the best).
+                    if b < pruning * top || (kept.len() == cap && kept.last().is_some_and(|&k| b < k)) {
+                        break;
+                    }
+                    let (s, tool) = self.domain_score(d, &terms, &mut local);
+                    top = top.max(s);
+                    let ok = eligible(d as DomainId);
+                    if ok {
+                        keep(&mut kept, s);
+                    }
+                    scored.push((d as DomainId, s, tool, ok));
+                }
+                kept.clear();
+                queue.clear();
+            }
             for &d in &touched_domains {
-                best[d as usize] = (0.0, 0);
+                bound[d as usize] = 0.0;
             }
             touched_domains.clear();
+            let mut candidates: Vec<(DomainId, f32, u32)> = scored
+                .drain(..)
+                .filter(|&(_, s, _, ok)| s >= options.min_ratio * top && ok)
+                .map(|(d, s, tool, _)| (d, s, tool))
+                .collect();
             candidates.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
             candidates.truncate(options.per_segment);
             found.push((top, candidates, terms));
@@ -525,7 +666,7 @@ impl SearchIndex {
     /// `SearchTools`): a tool whose name equals the query (ignoring case and surrounding
     /// space) first, then by score, ties by registry order. At most `limit`.
     pub fn search_tools(&self, query: &str, limit: usize) -> Vec<ToolMatch> {
-        let terms = self.query_terms(query, 0);
+        let terms = self.query_terms(query, 0, &mut String::new());
         let mut scores = vec![0f32; self.tool_domain.len()];
         let mut touched = Vec::new();
         self.accumulate(&terms, &mut scores, &mut touched);
