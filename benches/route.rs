@@ -63,16 +63,21 @@ impl Prepared {
         }
     }
 
+    /// One `route()` of one message.
+    fn route_one(&self, message: &str, options: &Options) {
+        black_box(route(
+            self.inputs(),
+            &self.activation,
+            None,
+            black_box(message),
+            options,
+        ));
+    }
+
     /// One pass of `route()` over every message.
     fn route_pass(&self, options: &Options) {
         for m in &self.workload.messages {
-            black_box(route(
-                self.inputs(),
-                &self.activation,
-                None,
-                black_box(m.as_str()),
-                options,
-            ));
+            self.route_one(m, options);
         }
     }
 
@@ -85,13 +90,7 @@ impl Prepared {
             .map(|m| {
                 let start = Instant::now();
                 for _ in 0..reps {
-                    black_box(route(
-                        self.inputs(),
-                        &self.activation,
-                        None,
-                        black_box(m.as_str()),
-                        options,
-                    ));
+                    self.route_one(m, options);
                 }
                 start.elapsed().as_nanos() as f64 / f64::from(reps)
             })
