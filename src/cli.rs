@@ -1064,12 +1064,7 @@ fn eval(args: &EvalArgs) -> Result<(), Failure> {
     let index_ms = started.elapsed().as_secs_f64() * 1e3;
     // Every domain active, unless a settings table is named.
     let snapshot = match &args.serve.database {
-        None => crate::settings::Snapshot::new(
-            registry
-                .domains()
-                .iter()
-                .flat_map(|d| d.settings_keys.iter().map(|k| (k.clone(), "set".to_string()))),
-        ),
+        None => crate::settings::Snapshot::every_key_set(&registry),
         Some(url) => {
             let runtime = tokio::runtime::Handle::current();
             let rows = tokio::task::block_in_place(|| {

@@ -24,6 +24,17 @@ impl Snapshot {
         }
     }
 
+    /// A snapshot that sets every settings key of `registry`, so every domain is active (for
+    /// evaluation and benchmark workloads).
+    pub fn every_key_set(registry: &crate::registry::Registry) -> Snapshot {
+        Snapshot::new(
+            registry
+                .domains()
+                .iter()
+                .flat_map(|d| d.settings_keys.iter().map(|k| (k.clone(), "set".to_string()))),
+        )
+    }
+
     /// Every (key, value) row.
     pub fn rows(&self) -> impl Iterator<Item = (&str, &str)> {
         self.values.iter().map(|(k, v)| (k.as_str(), v.as_str()))

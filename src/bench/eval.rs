@@ -96,12 +96,7 @@ const DEMO_MESSAGES: &[&str] = &[
 /// [`DEMO_MESSAGES`].
 pub fn demo() -> Workload {
     let registry = Registry::demo();
-    let settings = Snapshot::new(
-        registry
-            .domains()
-            .iter()
-            .flat_map(|d| d.settings_keys.iter().map(|k| (k.clone(), "x".to_string()))),
-    );
+    let settings = Snapshot::every_key_set(&registry);
     Workload {
         name: "demo".into(),
         registry,

@@ -426,11 +426,6 @@ impl SearchIndex {
         }
     }
 
-    /// How many distinct terms the index holds.
-    pub fn term_count(&self) -> usize {
-        self.term_words.len()
-    }
-
     /// The term of a lowercase word, if the index has it.
     fn term(&self, word: &str) -> Option<TermId> {
         if let Some(&known) = self.surface.get(word) {
