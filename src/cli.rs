@@ -1392,7 +1392,12 @@ async fn baseline_server(serve: &ServeArgs, messages: Option<&std::path::Path>) 
     let messages = bench_messages(messages)?;
     // The daemon's own answers, through the real service, are what the baseline sends.
     let state = State::new(registry, &config).await?;
-    let real = crate::service::ToolRouterService::new(state.clone());
+    let real = crate::service::ToolRouterService::new(
+        state.clone(),
+        crate::service::Limits {
+            max_message_bytes: usize::MAX,
+        },
+    );
     let mut answers = Vec::new();
     for message in messages {
         let req = tonic::Request::new(proto::RouteRequest {

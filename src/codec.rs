@@ -12,6 +12,11 @@ use tonic_prost::{ProstCodec, ProstEncoder};
 
 use crate::error::Error;
 
+/// The transport's limit on one request. Requests over the field limits but under this one
+/// are decoded and answered `INVALID_ARGUMENT` naming the field limit; larger ones are
+/// refused before decoding with `RESOURCE_EXHAUSTED`.
+pub const TRANSPORT_LIMIT_BYTES: usize = 4 * 1024 * 1024;
+
 /// A [`ProstCodec`] whose request decode errors are `INVALID_ARGUMENT`.
 #[derive(Debug, Clone)]
 pub struct Codec<T, U> {

@@ -18,9 +18,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use moka::future::Cache;
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
-use crate::db::Db;
+use crate::db::{Db, Session};
 use crate::error::Result;
-use crate::router::{Conversation, Member};
+use crate::router::{Conversation, Mark, Member};
 
 /// Default memory budget of the conversation cache: 64 MiB, about 120,000 conversations with
 /// short ids (see BENCHMARKS.md for the measured resident memory).
@@ -37,9 +37,9 @@ const MIN_SWEEP_AT: usize = 1024;
 
 /// One conversation in memory.
 #[derive(Debug, Default)]
-pub struct Entry {
+struct Entry {
     /// What the conversation remembers.
-    pub state: Conversation,
+    state: Conversation,
     /// Unix ms of the last `Route` or `LoadToolGroup`.
     last_seen: i64,
     /// The last-seen time the database holds.
@@ -56,9 +56,8 @@ pub struct Entry {
 }
 
 /// A conversation as the database holds it (empty when it has no row).
-async fn read(db: &Db, id: &str) -> Result<Entry> {
-    let generation = db.generation();
-    Ok(match db.load_conversation(id).await? {
+async fn read(session: &Session, generation: u64, id: &str) -> Result<Entry> {
+    Ok(match session.load_conversation(id).await? {
         Some((last_seen, members)) => Entry {
             state: Conversation { members },
             last_seen,
@@ -100,8 +99,57 @@ struct Live {
     sweep_at: usize,
 }
 
-/// A locked conversation; dropping it unlocks it.
-pub type Guard = OwnedMutexGuard<Entry>;
+/// A locked conversation, for one call: what it remembers, and the one way to change it.
+/// Dropping it unlocks it.
+pub struct ConversationGuard {
+    entry: OwnedMutexGuard<Entry>,
+    id: Arc<str>,
+    /// The call's database session (the file was checked when it was locked).
+    session: Session,
+    cache: Cache<Arc<str>, Cached>,
+}
+
+impl ConversationGuard {
+    /// What the conversation remembers.
+    pub fn state(&self) -> &Conversation {
+        &self.entry.state
+    }
+
+    /// Records `mark` on these domains (by name): writes exactly the rows that change, then
+    /// adopts them. On failure the state is unchanged, so nothing is acknowledged that was
+    /// not written.
+    ///
+    /// # Errors
+    /// A database fault.
+    pub async fn record<'a>(&mut self, domains: impl IntoIterator<Item = &'a str>, mark: Mark) -> Result<()> {
+        let change = self.entry.state.change(domains, mark);
+        if change.is_empty() {
+            return Ok(());
+        }
+        let entry = &mut *self.entry;
+        entry.unsure = true;
+        self.session
+            .save_members(&self.id, entry.last_seen, &change.rows)
+            .await?;
+        entry.unsure = false;
+        entry.state.apply(change);
+        entry.in_db = true;
+        entry.flushed = entry.last_seen;
+        // The entry grew: put it back with its new weight.
+        let weight = weight(&self.id, &entry.state);
+        let shared = OwnedMutexGuard::mutex(&self.entry).clone();
+        self.cache
+            .insert(
+                self.id.clone(),
+                Cached {
+                    entry: shared,
+                    weight,
+                },
+            )
+            .await;
+        Ok(())
+    }
+}
 
 /// The conversation store.
 #[derive(Clone)]
@@ -171,22 +219,23 @@ impl Conversations {
         (entry, Some(key))
     }
 
-    /// Locks a conversation for one operation, loading it from the database and forgetting
-    /// it first if it has been idle past the TTL. The idle clock restarts now.
+    /// Locks a conversation for one call, loading it from the database and forgetting it
+    /// first if it has been idle past the TTL. The idle clock restarts now.
     ///
     /// # Errors
     /// A database fault while loading or forgetting it.
-    pub async fn lock(&self, id: &str) -> Result<Guard> {
+    pub async fn lock(&self, id: &str) -> Result<ConversationGuard> {
         // A replaced database file is noticed here, before the cached entry is trusted.
-        self.db.check().await?;
+        let session = self.db.session().await?;
         let (entry, uncached) = self.entry(id).await;
         let mut guard = entry.clone().lock_owned().await;
-        if !guard.loaded || guard.unsure || guard.generation != self.db.generation() {
-            *guard = read(&self.db, id).await?;
+        let generation = self.db.generation();
+        if !guard.loaded || guard.unsure || guard.generation != generation {
+            *guard = read(&session, generation, id).await?;
         }
         let now = now_ms();
         if guard.in_db && guard.last_seen.saturating_add(self.ttl_ms()) < now {
-            self.db.delete_conversation(id).await?;
+            session.delete_conversation(id).await?;
             *guard = Entry {
                 generation: guard.generation,
                 loaded: true,
@@ -194,48 +243,20 @@ impl Conversations {
             };
         }
         guard.last_seen = now;
-        if let Some(key) = uncached {
-            let weight = weight(id, &guard.state);
-            self.cache.insert(key, Cached { entry, weight }).await;
-        }
-        Ok(guard)
-    }
-
-    /// Persists `next` as the conversation's new state, then adopts it. On failure the
-    /// cached state is unchanged, so nothing is acknowledged that was not written.
-    ///
-    /// # Errors
-    /// A database fault.
-    pub async fn save(&self, id: &str, entry: &mut Guard, next: Conversation) -> Result<()> {
-        let changed: Vec<(i64, &Member)> = next
-            .members
-            .iter()
-            .enumerate()
-            .filter(|(i, m)| entry.state.members.get(*i) != Some(m))
-            .map(|(i, m)| (i as i64, m))
-            .collect();
-        if changed.is_empty() {
-            return Ok(());
-        }
-        entry.unsure = true;
-        self.db.save_members(id, entry.last_seen, &changed).await?;
-        entry.unsure = false;
-        entry.state = next;
-        entry.in_db = true;
-        entry.flushed = entry.last_seen;
-        // The entry grew: put it back with its new weight.
-        let weight = weight(id, &entry.state);
-        let shared = OwnedMutexGuard::mutex(entry).clone();
-        self.cache
-            .insert(
-                Arc::from(id),
-                Cached {
-                    entry: shared,
-                    weight,
-                },
-            )
-            .await;
-        Ok(())
+        let key = match uncached {
+            Some(key) => {
+                let weight = weight(id, &guard.state);
+                self.cache.insert(key.clone(), Cached { entry, weight }).await;
+                key
+            }
+            None => Arc::from(id),
+        };
+        Ok(ConversationGuard {
+            entry: guard,
+            id: key,
+            session,
+            cache: self.cache.clone(),
+        })
     }
 
     /// Conversations held in memory now.
@@ -253,7 +274,7 @@ impl Conversations {
         // Lock first so an operation in flight on it cannot write it back afterwards.
         let (entry, _) = self.entry(id).await;
         let mut guard = entry.lock_owned().await;
-        self.db.delete_conversation(id).await?;
+        self.db.session().await?.delete_conversation(id).await?;
         // Re-read on next use (it has no row now, so that costs one empty read).
         *guard = Entry::default();
         self.cache.invalidate(id).await;
@@ -265,6 +286,7 @@ impl Conversations {
     /// # Errors
     /// A database fault.
     pub async fn maintain(&self) -> Result<()> {
+        let session = self.db.session().await?;
         for (id, cached) in self.cache.iter() {
             let entry = &cached.entry;
             let (seen, due) = {
@@ -272,13 +294,13 @@ impl Conversations {
                 (e.last_seen, e.in_db && e.last_seen > e.flushed)
             };
             if due {
-                self.db.touch_conversation(&id, seen).await?;
+                session.touch_conversation(&id, seen).await?;
                 if let Ok(mut e) = entry.try_lock() {
                     e.flushed = e.flushed.max(seen);
                 }
             }
         }
-        self.db
+        session
             .delete_idle_conversations(now_ms() - self.ttl_ms())
             .await?;
         Ok(())
@@ -304,21 +326,32 @@ mod tests {
         }
     }
 
+    /// Loads `a`, as `LoadToolGroup` does.
+    async fn load_a(s: &Conversations, id: &str) -> i64 {
+        let mut e = s.lock(id).await.unwrap();
+        e.record(["a"], Mark::Loaded).await.unwrap();
+        e.entry.last_seen
+    }
+
     #[tokio::test]
     async fn a_reopened_store_finds_the_state_intact() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("c.db");
         let first = store(&path, Duration::from_secs(3600)).await;
         let mut e = first.lock("c1").await.unwrap();
-        let next = Conversation {
-            members: vec![member("b", true, false), member("a", false, true)],
-        };
-        first.save("c1", &mut e, next.clone()).await.unwrap();
+        e.record(["b"], Mark::Loaded).await.unwrap();
+        e.record(["a", "b"], Mark::Hit).await.unwrap();
         drop(e);
+        let next = Conversation {
+            members: vec![member("b", true, true), member("a", false, true)],
+        };
 
         let second = store(&path, Duration::from_secs(3600)).await;
-        assert_eq!(second.lock("c1").await.unwrap().state, next);
-        assert_eq!(second.lock("other").await.unwrap().state, Conversation::default());
+        assert_eq!(second.lock("c1").await.unwrap().state(), &next);
+        assert_eq!(
+            second.lock("other").await.unwrap().state(),
+            &Conversation::default()
+        );
     }
 
     #[tokio::test]
@@ -327,27 +360,17 @@ mod tests {
         let path = dir.path().join("c.db");
         let ttl = Duration::from_millis(200);
         let s = store(&path, ttl).await;
-        let mut e = s.lock("c1").await.unwrap();
-        s.save(
-            "c1",
-            &mut e,
-            Conversation {
-                members: vec![member("a", true, false)],
-            },
-        )
-        .await
-        .unwrap();
-        drop(e);
+        load_a(&s, "c1").await;
         assert_eq!(
-            s.lock("c1").await.unwrap().state.members.len(),
+            s.lock("c1").await.unwrap().state().members.len(),
             1,
             "still there within the TTL"
         );
         tokio::time::sleep(ttl * 2).await;
-        assert_eq!(s.lock("c1").await.unwrap().state, Conversation::default());
+        assert_eq!(s.lock("c1").await.unwrap().state(), &Conversation::default());
         // A fresh store reading the same file agrees: the row was deleted.
         let again = store(&path, Duration::from_secs(3600)).await;
-        assert_eq!(again.lock("c1").await.unwrap().state, Conversation::default());
+        assert_eq!(again.lock("c1").await.unwrap().state(), &Conversation::default());
     }
 
     #[tokio::test]
@@ -355,22 +378,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("c.db");
         let s = store(&path, Duration::from_secs(3600)).await;
-        let mut e = s.lock("c1").await.unwrap();
-        s.save(
-            "c1",
-            &mut e,
-            Conversation {
-                members: vec![member("a", true, false)],
-            },
-        )
-        .await
-        .unwrap();
-        drop(e);
+        load_a(&s, "c1").await;
         s.reset("c1").await.unwrap();
         s.reset("never-seen").await.unwrap();
-        assert_eq!(s.lock("c1").await.unwrap().state, Conversation::default());
+        assert_eq!(s.lock("c1").await.unwrap().state(), &Conversation::default());
         let again = store(&path, Duration::from_secs(3600)).await;
-        assert_eq!(again.lock("c1").await.unwrap().state, Conversation::default());
+        assert_eq!(again.lock("c1").await.unwrap().state(), &Conversation::default());
     }
 
     #[tokio::test]
@@ -378,21 +391,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("c.db");
         let s = store(&path, Duration::from_secs(3600)).await;
-        let mut e = s.lock("c1").await.unwrap();
-        s.save(
-            "c1",
-            &mut e,
-            Conversation {
-                members: vec![member("a", true, false)],
-            },
-        )
-        .await
-        .unwrap();
-        let saved_at = e.last_seen;
-        drop(e);
+        let saved_at = load_a(&s, "c1").await;
         tokio::time::sleep(Duration::from_millis(20)).await;
         drop(s.lock("c1").await.unwrap());
         let db = Db::connect(&format!("sqlite://{}", path.display()))
+            .await
+            .unwrap()
+            .session()
             .await
             .unwrap();
         assert_eq!(
@@ -405,5 +410,38 @@ mod tests {
             db.load_conversation("c1").await.unwrap().unwrap().0 > saved_at,
             "upkeep flushed the clock"
         );
+    }
+
+    #[tokio::test]
+    async fn a_record_writes_only_the_rows_it_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.db");
+        let s = store(&path, Duration::from_secs(3600)).await;
+        let mut e = s.lock("c1").await.unwrap();
+        e.record(["a", "b"], Mark::Hit).await.unwrap();
+        drop(e);
+        // Another writer changes `a` behind the cache's back; a record that changes only
+        // `b` must not write `a`'s row again (flags only turn on, so it would not undo it,
+        // but it would not be exactly the change either). Seen through the database.
+        let other = Db::connect(&format!("sqlite://{}", path.display()))
+            .await
+            .unwrap()
+            .session()
+            .await
+            .unwrap();
+        other
+            .save_members("c1", 0, &[(0, member("a", true, true))])
+            .await
+            .unwrap();
+        let mut e = s.lock("c1").await.unwrap();
+        e.record(["b", "a"], Mark::Hit).await.unwrap();
+        assert_eq!(
+            e.state().members,
+            vec![member("a", false, true), member("b", false, true)]
+        );
+        e.record(["b"], Mark::Loaded).await.unwrap();
+        drop(e);
+        let (_, members) = other.load_conversation("c1").await.unwrap().unwrap();
+        assert_eq!(members, vec![member("a", true, true), member("b", true, true)]);
     }
 }

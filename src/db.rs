@@ -3,14 +3,18 @@
 //!
 //! The file can be deleted or replaced under a running daemon. Open connections would keep
 //! using the old, unlinked file, silently: reads would go stale and acknowledged writes would
-//! be lost. So every statement first checks that the path still names the file the pool
-//! opened; a missing file is an `Unavailable` error, and a replaced one is reopened (and
-//! migrated) before use, bumping [`Db::generation`] so cached conversations are re-read.
+//! be lost. So each call first opens a [`Session`], which checks (once, on a blocking-pool
+//! thread) that the path still names the file the pool opened; a missing file is an
+//! `Unavailable` error, and a replaced one is reopened (and migrated) before use, bumping
+//! [`Db::generation`] so cached conversations are re-read. The call's statements then run on
+//! that session.
+//!
+//! Every failed operation counts in [`DATABASE_ERRORS`].
 
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
@@ -20,6 +24,26 @@ use sqlx::sqlite::{
 
 use crate::error::{Error, Result};
 use crate::router::Member;
+
+/// Failed database operations (settings reads, writes, a missing or replaced file), for
+/// the `toolrouter_database_errors_total` metric. Process-wide: every daemon in a process
+/// shares the database layer's count.
+pub static DATABASE_ERRORS: LazyLock<prometheus::IntCounter> = LazyLock::new(|| {
+    // The name and help are static and valid, so this cannot fail.
+    prometheus::IntCounter::new(
+        "toolrouter_database_errors_total",
+        "Database operations that failed (unreadable settings table, failed writes, missing file).",
+    )
+    .expect("a valid metric")
+});
+
+/// Counts a failed operation; the error goes on to the caller.
+fn counted<T, E: Into<Error>>(result: std::result::Result<T, E>) -> Result<T> {
+    result.map_err(|e| {
+        DATABASE_ERRORS.inc();
+        e.into()
+    })
+}
 
 /// How long a statement waits for another writer's lock before failing, by default.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -163,25 +187,27 @@ impl Db {
         self.inner.generation.load(Ordering::Acquire)
     }
 
-    /// The pool over the file the path names now, reopening it if it was replaced.
-    async fn pool(&self) -> Result<SqlitePool> {
-        let opened = self.inner.current.load();
+    /// A session over the file the path names now, reopening it if it was replaced: the
+    /// one file check of a call.
+    ///
+    /// # Errors
+    /// `Unavailable` when the file is missing or cannot be reopened.
+    pub async fn session(&self) -> Result<Session> {
+        counted(self.current_pool().await).map(|pool| Session { pool })
+    }
+
+    async fn current_pool(&self) -> Result<SqlitePool> {
+        let opened = self.inner.current.load_full();
         let Some(path) = &self.inner.path else {
             return Ok(opened.pool.clone());
         };
-        let missing = |e: std::io::Error| {
-            Error::Unavailable(format!(
-                "the database file {} cannot be opened: {e}",
-                path.display()
-            ))
-        };
-        let now = file_id(path).map_err(missing)?;
+        let now = self.file_id(path).await?;
         if opened.file == Some(now) {
             return Ok(opened.pool.clone());
         }
         drop(opened);
         let _guard = self.inner.reopen.lock().await;
-        let now = file_id(path).map_err(missing)?;
+        let now = self.file_id(path).await?;
         let opened = self.inner.current.load_full();
         if opened.file == Some(now) {
             return Ok(opened.pool.clone());
@@ -202,52 +228,118 @@ impl Db {
         Ok(pool)
     }
 
+    /// The identity of the file at `path` now, read on the blocking pool (a `stat` may wait
+    /// on a slow disk or a network file system, and must not hold a runtime thread).
+    async fn file_id(&self, path: &Path) -> Result<FileId> {
+        let owned = path.to_path_buf();
+        let id = tokio::task::spawn_blocking(move || file_id(&owned))
+            .await
+            .map_err(|e| Error::Internal(format!("the database file check failed: {e}")))?;
+        id.map_err(|e| {
+            Error::Unavailable(format!(
+                "the database file {} cannot be opened: {e}",
+                path.display()
+            ))
+        })
+    }
+
     /// Checks that the file is still there, reopening it if it was replaced.
     ///
     /// # Errors
     /// `Unavailable` when the file is missing or cannot be reopened.
     pub async fn check(&self) -> Result<()> {
-        self.pool().await.map(drop)
+        self.session().await.map(drop)
+    }
+
+    /// Every settings row (one call: checks the file, then reads).
+    ///
+    /// # Errors
+    /// `Unavailable` for a missing file, or a database fault.
+    pub async fn read_settings(&self) -> Result<Vec<(String, String)>> {
+        self.session().await?.read_settings().await
+    }
+
+    /// Sets one setting, as a settings UI does (one call: checks the file, then writes).
+    ///
+    /// # Errors
+    /// `Unavailable` for a missing file, or a database fault.
+    pub async fn set_setting(&self, key: &str, value: &str) -> Result<()> {
+        self.session().await?.set_setting(key, value).await
+    }
+
+    /// Removes one setting; true when it existed.
+    ///
+    /// # Errors
+    /// `Unavailable` for a missing file, or a database fault.
+    pub async fn unset_setting(&self, key: &str) -> Result<bool> {
+        self.session().await?.unset_setting(key).await
+    }
+
+    /// A conversation's last-seen time and members, as [`Session::load_conversation`] (one
+    /// call: checks the file, then reads).
+    ///
+    /// # Errors
+    /// `Unavailable` for a missing file, or a database fault.
+    pub async fn load_conversation(&self, id: &str) -> Result<Option<(i64, Vec<Member>)>> {
+        self.session().await?.load_conversation(id).await
     }
 
     /// Closes every connection (after the server stopped).
     pub async fn close(&self) {
         self.inner.current.load().pool.close().await;
     }
+}
 
+/// The statements of one call, on the file [`Db::session`] checked. Cloning is shallow.
+#[derive(Debug, Clone)]
+pub struct Session {
+    pool: SqlitePool,
+}
+
+impl Session {
     /// Every settings row.
     #[tracing::instrument(skip(self))]
     pub async fn read_settings(&self) -> Result<Vec<(String, String)>> {
-        Ok(sqlx::query_as("SELECT key, value FROM settings")
-            .fetch_all(&self.pool().await?)
-            .await?)
+        counted(
+            sqlx::query_as("SELECT key, value FROM settings")
+                .fetch_all(&self.pool)
+                .await,
+        )
     }
 
     /// Sets one setting (what a settings UI does).
     #[tracing::instrument(skip(self, value))]
     pub async fn set_setting(&self, key: &str, value: &str) -> Result<()> {
-        sqlx::query("INSERT INTO settings (key, value) VALUES (?1, ?2) ON CONFLICT (key) DO UPDATE SET value = excluded.value")
-            .bind(key)
-            .bind(value)
-            .execute(&self.pool().await?)
-            .await?;
-        Ok(())
+        counted(
+            sqlx::query("INSERT INTO settings (key, value) VALUES (?1, ?2) ON CONFLICT (key) DO UPDATE SET value = excluded.value")
+                .bind(key)
+                .bind(value)
+                .execute(&self.pool)
+                .await,
+        )
+        .map(drop)
     }
 
     /// Removes one setting; true when it existed.
     #[tracing::instrument(skip(self))]
     pub async fn unset_setting(&self, key: &str) -> Result<bool> {
-        let r = sqlx::query("DELETE FROM settings WHERE key = ?1")
-            .bind(key)
-            .execute(&self.pool().await?)
-            .await?;
-        Ok(r.rows_affected() > 0)
+        counted(
+            sqlx::query("DELETE FROM settings WHERE key = ?1")
+                .bind(key)
+                .execute(&self.pool)
+                .await,
+        )
+        .map(|r| r.rows_affected() > 0)
     }
 
     /// A conversation's last-seen time (Unix ms) and members in join order, if it exists.
     #[tracing::instrument(skip(self))]
     pub async fn load_conversation(&self, id: &str) -> Result<Option<(i64, Vec<Member>)>> {
-        let mut tx = self.pool().await?.begin().await?;
+        counted(self.load_conversation_tx(id).await)
+    }
+
+    async fn load_conversation_tx(&self, id: &str) -> sqlx::Result<Option<(i64, Vec<Member>)>> {
+        let mut tx = self.pool.begin().await?;
         let last_seen: Option<(i64,)> = sqlx::query_as("SELECT last_seen FROM conversations WHERE id = ?1")
             .bind(id)
             .fetch_optional(&mut *tx)
@@ -269,11 +361,16 @@ impl Db {
         Ok(Some((last_seen, members)))
     }
 
-    /// Writes members that joined or changed, and the last-seen time, in one transaction.
-    /// Flags only ever turn on, so concurrent writers cannot lose each other's changes.
+    /// Writes the members that joined or changed (each at its position in join order) and
+    /// the last-seen time, in one transaction. Flags only ever turn on, so concurrent writers
+    /// cannot lose each other's changes.
     #[tracing::instrument(skip(self, members))]
-    pub async fn save_members(&self, id: &str, now_ms: i64, members: &[(i64, &Member)]) -> Result<()> {
-        let mut tx = self.pool().await?.begin().await?;
+    pub async fn save_members(&self, id: &str, now_ms: i64, members: &[(usize, Member)]) -> Result<()> {
+        counted(self.save_members_tx(id, now_ms, members).await)
+    }
+
+    async fn save_members_tx(&self, id: &str, now_ms: i64, members: &[(usize, Member)]) -> sqlx::Result<()> {
+        let mut tx = self.pool.begin().await?;
         sqlx::query(
             "INSERT INTO conversations (id, last_seen) VALUES (?1, ?2) ON CONFLICT (id) DO UPDATE SET last_seen = max(last_seen, excluded.last_seen)",
         )
@@ -288,31 +385,36 @@ impl Db {
             )
             .bind(id)
             .bind(&m.domain)
-            .bind(seq)
+            .bind(i64::try_from(*seq).unwrap_or(i64::MAX))
             .bind(m.loaded)
             .bind(m.hit)
             .execute(&mut *tx)
             .await?;
         }
-        tx.commit().await?;
-        Ok(())
+        tx.commit().await
     }
 
     /// Moves a conversation's last-seen time forward (the lazy idle-clock flush).
     #[tracing::instrument(skip(self))]
     pub async fn touch_conversation(&self, id: &str, now_ms: i64) -> Result<()> {
-        sqlx::query("UPDATE conversations SET last_seen = max(last_seen, ?2) WHERE id = ?1")
-            .bind(id)
-            .bind(now_ms)
-            .execute(&self.pool().await?)
-            .await?;
-        Ok(())
+        counted(
+            sqlx::query("UPDATE conversations SET last_seen = max(last_seen, ?2) WHERE id = ?1")
+                .bind(id)
+                .bind(now_ms)
+                .execute(&self.pool)
+                .await,
+        )
+        .map(drop)
     }
 
     /// Forgets one conversation.
     #[tracing::instrument(skip(self))]
     pub async fn delete_conversation(&self, id: &str) -> Result<()> {
-        let mut tx = self.pool().await?.begin().await?;
+        counted(self.delete_conversation_tx(id).await)
+    }
+
+    async fn delete_conversation_tx(&self, id: &str) -> sqlx::Result<()> {
+        let mut tx = self.pool.begin().await?;
         sqlx::query("DELETE FROM conversation_domains WHERE conversation_id = ?1")
             .bind(id)
             .execute(&mut *tx)
@@ -321,14 +423,17 @@ impl Db {
             .bind(id)
             .execute(&mut *tx)
             .await?;
-        tx.commit().await?;
-        Ok(())
+        tx.commit().await
     }
 
     /// Forgets every conversation idle since before `cutoff_ms`; returns how many.
     #[tracing::instrument(skip(self))]
     pub async fn delete_idle_conversations(&self, cutoff_ms: i64) -> Result<u64> {
-        let mut tx = self.pool().await?.begin().await?;
+        counted(self.delete_idle_conversations_tx(cutoff_ms).await)
+    }
+
+    async fn delete_idle_conversations_tx(&self, cutoff_ms: i64) -> sqlx::Result<u64> {
+        let mut tx = self.pool.begin().await?;
         sqlx::query(
             "DELETE FROM conversation_domains WHERE conversation_id IN (SELECT id FROM conversations WHERE last_seen < ?1)",
         )
@@ -348,10 +453,11 @@ impl Db {
 mod tests {
     use super::*;
 
-    async fn db() -> (tempfile::TempDir, Db) {
+    async fn db() -> (tempfile::TempDir, Session) {
         let dir = tempfile::tempdir().unwrap();
         let url = format!("sqlite://{}", dir.path().join("t.db").display());
-        (dir, Db::connect(&url).await.unwrap())
+        let db = Db::connect(&url).await.unwrap();
+        (dir, db.session().await.unwrap())
     }
 
     fn member(domain: &str, loaded: bool, hit: bool) -> Member {
@@ -383,11 +489,11 @@ mod tests {
         db.save_members(
             "c",
             10,
-            &[(0, &member("b", true, false)), (1, &member("a", false, true))],
+            &[(0, member("b", true, false)), (1, member("a", false, true))],
         )
         .await
         .unwrap();
-        db.save_members("c", 5, &[(0, &member("b", false, true))])
+        db.save_members("c", 5, &[(0, member("b", false, true))])
             .await
             .unwrap();
         let (seen, members) = db.load_conversation("c").await.unwrap().unwrap();
@@ -400,19 +506,31 @@ mod tests {
     #[tokio::test]
     async fn conversations_are_deleted_one_by_one_or_when_idle() {
         let (_dir, db) = db().await;
-        db.save_members("old", 1, &[(0, &member("a", true, false))])
-            .await
-            .unwrap();
-        db.save_members("new", 100, &[(0, &member("a", true, false))])
-            .await
-            .unwrap();
-        db.save_members("gone", 100, &[(0, &member("a", true, false))])
-            .await
-            .unwrap();
+        for (id, seen) in [("old", 1), ("new", 100), ("gone", 100)] {
+            db.save_members(id, seen, &[(0, member("a", true, false))])
+                .await
+                .unwrap();
+        }
         db.delete_conversation("gone").await.unwrap();
         assert_eq!(db.load_conversation("gone").await.unwrap(), None);
         assert_eq!(db.delete_idle_conversations(50).await.unwrap(), 1);
         assert_eq!(db.load_conversation("old").await.unwrap(), None);
         assert!(db.load_conversation("new").await.unwrap().is_some());
+    }
+
+    #[tokio::test]
+    async fn a_missing_file_is_unavailable_and_counted_once_per_call() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.db");
+        let db = Db::connect(&format!("sqlite://{}", path.display()))
+            .await
+            .unwrap();
+        std::fs::remove_file(&path).unwrap();
+        let before = DATABASE_ERRORS.get();
+        let err = db.read_settings().await.unwrap_err();
+        assert!(matches!(err, Error::Unavailable(_)), "{err}");
+        assert!(err.to_string().contains("cannot be opened"), "{err}");
+        // Other tests in this process may count too, so only a lower bound holds.
+        assert!(DATABASE_ERRORS.get() > before);
     }
 }

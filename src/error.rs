@@ -41,22 +41,84 @@ impl fmt::Display for ManifestErrors {
     }
 }
 
-/// What went wrong, phrased for the caller.
+/// What went wrong, phrased for the caller. The request variants' `Display` is the exact
+/// text of SPEC §5 that clients depend on.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// Manifests failed validation; every problem is listed.
     #[error("{0}")]
     Manifests(ManifestErrors),
-    /// A request field is missing or out of bounds; the text says which and why.
-    #[error("{0}")]
-    InvalidArgument(String),
-    /// A named thing (a tool group) does not exist.
-    #[error("{0}")]
-    NotFound(String),
-    /// The request is well formed but the system is not in a state to serve it.
-    #[error("{0}")]
-    FailedPrecondition(String),
-    /// A dependency (the database) cannot be used right now; retrying later may work.
+    /// A reload found invalid manifests; the registry still served is named.
+    #[error("The manifests are invalid; still serving registry version {version:016x}.\n{errors}")]
+    ManifestsRefused {
+        /// The version of the registry that keeps serving.
+        version: u64,
+        /// What is wrong with the new manifests.
+        errors: ManifestErrors,
+    },
+    /// A required request field is empty (or only whitespace).
+    #[error("Required parameter '{field}' is missing.")]
+    MissingParameter {
+        /// The field's name in the request.
+        field: &'static str,
+    },
+    /// A field required only together with another one is empty.
+    #[error("Required parameter '{field}' is missing (needed with '{with}').")]
+    MissingWith {
+        /// The missing field.
+        field: &'static str,
+        /// The field that needs it.
+        with: &'static str,
+    },
+    /// A free-text field is longer than `max_message_bytes`.
+    #[error("'{field}' is {len} bytes, over the limit of {limit} bytes (max_message_bytes).")]
+    MessageTooLong {
+        /// The field's name in the request.
+        field: &'static str,
+        /// Its length in bytes.
+        len: usize,
+        /// The limit in bytes.
+        limit: usize,
+    },
+    /// A name-like field (conversation id, group name) is too long.
+    #[error("'{field}' is {len} bytes, over the limit of {limit} bytes.")]
+    NameTooLong {
+        /// The field's name in the request.
+        field: &'static str,
+        /// Its length in bytes.
+        len: usize,
+        /// The limit in bytes.
+        limit: usize,
+    },
+    /// A name-like field holds control characters (Unicode category Cc).
+    #[error("'{field}' must not contain control characters.")]
+    ControlCharacters {
+        /// The field's name in the request.
+        field: &'static str,
+    },
+    /// No domain has this name; the groups that could be loaded are listed.
+    #[error("Tool group '{}' not found. Available groups: {}", echo(group), available.join(", "))]
+    GroupNotFound {
+        /// The name asked for.
+        group: String,
+        /// Active non-core groups with tools, by name.
+        available: Vec<String>,
+    },
+    /// The group exists but none of its settings keys has a value.
+    #[error("Tool group '{}' is not configured: set one of {}.", echo(group), keys.join(", "))]
+    GroupNotConfigured {
+        /// The group.
+        group: String,
+        /// Its settings keys.
+        keys: Vec<String>,
+    },
+    /// The group exists and is active but has no tools.
+    #[error("Tool group '{}' has no available tools.", echo(group))]
+    GroupWithoutTools {
+        /// The group.
+        group: String,
+    },
+    /// A dependency (the database, a daemon) cannot be used right now; retrying later may work.
     #[error("{0}")]
     Unavailable(String),
     /// Bad configuration (flags, environment, config file).
@@ -75,9 +137,6 @@ pub enum Error {
     /// field that is not UTF-8).
     #[error("The request could not be decoded: {0}")]
     Decode(prost::DecodeError),
-    /// A fault reported through a shared cache load, already described.
-    #[error("{0}")]
-    Shared(String),
     /// Reading a manifest folder or another file failed.
     #[error("{context}: {source}")]
     Io {
@@ -86,6 +145,9 @@ pub enum Error {
         /// The cause.
         source: std::io::Error,
     },
+    /// A task the daemon started failed (a panic): a bug, logged with its cause.
+    #[error("{0}")]
+    Internal(String),
 }
 
 /// The most characters of a caller's value an error message repeats (SPEC §5).
@@ -101,27 +163,77 @@ pub fn echo(value: &str) -> std::borrow::Cow<'_, str> {
     }
 }
 
+impl Error {
+    /// Whether retrying later may succeed: the database could not be used for a reason
+    /// outside the daemon (locked, missing, corrupt, full, unreachable).
+    fn is_unavailable(&self) -> bool {
+        match self {
+            Error::Unavailable(_) => true,
+            Error::Database(e) => database_unavailable(e),
+            _ => false,
+        }
+    }
+}
+
+/// The database faults a retry may get past: a busy or locked file, a file that cannot be
+/// opened, read or written (missing, corrupt, not a database, disk full, read-only), or a
+/// pool that cannot hand out a connection. Anything else (a constraint, a column that does
+/// not decode) is a fault of the daemon's own.
+fn database_unavailable(e: &sqlx::Error) -> bool {
+    /// SQLite primary result codes (the low byte of an extended code).
+    const BUSY: i32 = 5;
+    const LOCKED: i32 = 6;
+    const NOMEM: i32 = 7;
+    const READONLY: i32 = 8;
+    const IOERR: i32 = 10;
+    const CORRUPT: i32 = 11;
+    const FULL: i32 = 13;
+    const CANTOPEN: i32 = 14;
+    const PROTOCOL: i32 = 15;
+    const NOTADB: i32 = 26;
+    match e {
+        sqlx::Error::Io(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::Database(db) => db.code().and_then(|c| c.parse::<i32>().ok()).is_some_and(|code| {
+            matches!(
+                code & 0xff,
+                BUSY | LOCKED | NOMEM | READONLY | IOERR | CORRUPT | FULL | CANTOPEN | PROTOCOL | NOTADB
+            )
+        }),
+        _ => false,
+    }
+}
+
 impl From<Error> for tonic::Status {
     fn from(err: Error) -> Self {
-        match err {
-            Error::InvalidArgument(m) => tonic::Status::invalid_argument(m),
+        use tonic::Status;
+        match &err {
+            Error::MissingParameter { .. }
+            | Error::MissingWith { .. }
+            | Error::MessageTooLong { .. }
+            | Error::NameTooLong { .. }
+            | Error::ControlCharacters { .. } => Status::invalid_argument(err.to_string()),
             // The caller sent bytes that are not its request message: its mistake, not ours.
             Error::Decode(_) => {
                 tracing::warn!(error = %err, "request refused: not decodable");
-                tonic::Status::invalid_argument(err.to_string())
+                Status::invalid_argument(err.to_string())
             }
-            Error::NotFound(m) => tonic::Status::not_found(m),
-            Error::FailedPrecondition(m) => tonic::Status::failed_precondition(m),
+            Error::GroupNotFound { .. } => Status::not_found(err.to_string()),
+            Error::GroupNotConfigured { .. }
+            | Error::GroupWithoutTools { .. }
+            | Error::ManifestsRefused { .. } => Status::failed_precondition(err.to_string()),
             // The database cannot be used: the caller may retry, and learns why.
-            Error::Unavailable(_) | Error::Database(_) | Error::Shared(_) => {
-                crate::telemetry::DATABASE_ERRORS.inc();
+            _ if err.is_unavailable() => {
                 tracing::warn!(error = %err, "request failed: database unavailable");
-                tonic::Status::unavailable(err.to_string())
+                Status::unavailable(err.to_string())
             }
-            other => {
-                // The cause is for the operator's log, not for the client.
-                tracing::error!(error = %other, "internal error");
-                tonic::Status::internal("internal error")
+            _ => {
+                // A retry will not help, and the cause is for the operator's log, not for
+                // the client.
+                tracing::error!(error = %err, "internal error");
+                Status::internal("internal error")
             }
         }
     }

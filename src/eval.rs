@@ -231,8 +231,8 @@ mod tests {
     use super::*;
     use crate::matcher::{MatchMode, Matcher};
     use crate::registry::Registry;
+    use crate::router::Snapshot;
     use crate::search::{SearchIndex, SearchMode};
-    use crate::settings::Snapshot;
 
     #[test]
     fn figures_count_strict_soft_cost_and_fallback() {

@@ -25,21 +25,17 @@ use tokio::time::Sleep;
 use tonic::transport::server::{Connected, TcpConnectInfo};
 use tonic::transport::{Identity, Server, ServerTlsConfig};
 
+use crate::codec::TRANSPORT_LIMIT_BYTES;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::guard::Guard;
 
 use crate::proto::tool_router_server::ToolRouterServer;
-use crate::service::ToolRouterService;
+use crate::service::{Limits, ToolRouterService};
 use crate::state::State;
 
 /// Bytes allowed in a request beyond the message limit, for the other fields and framing.
 const REQUEST_OVERHEAD_BYTES: usize = 4096;
-
-/// The transport's limit on one request. Requests over the field limits but under this one
-/// are decoded and answered `INVALID_ARGUMENT` naming the field limit; larger ones are
-/// refused before decoding with `RESOURCE_EXHAUSTED`.
-pub const TRANSPORT_LIMIT_BYTES: usize = 4 * 1024 * 1024;
 
 /// After the drain timeout cut calls short, how long the final database flush may take.
 const CUT_GRACE: Duration = Duration::from_secs(1);
@@ -356,16 +352,21 @@ pub async fn serve(
         .build_v1alpha()?;
     // A request may carry a message of exactly the limit plus the other fields; a larger one,
     // up to the transport limit, is decoded so the service can name the field limit.
-    let decode_limit = (state.max_message_bytes() + REQUEST_OVERHEAD_BYTES).max(TRANSPORT_LIMIT_BYTES);
+    let decode_limit = (config.max_message_bytes + REQUEST_OVERHEAD_BYTES).max(TRANSPORT_LIMIT_BYTES);
     use tonic::codec::CompressionEncoding;
-    let service = ToolRouterServer::new(ToolRouterService::new(state.clone()))
-        .max_decoding_message_size(decode_limit)
-        // gzip and zstd both ways: accepted on requests, used for answers in the first of
-        // them the client lists in grpc-accept-encoding.
-        .accept_compressed(CompressionEncoding::Gzip)
-        .accept_compressed(CompressionEncoding::Zstd)
-        .send_compressed(CompressionEncoding::Gzip)
-        .send_compressed(CompressionEncoding::Zstd);
+    let service = ToolRouterServer::new(ToolRouterService::new(
+        state.clone(),
+        Limits {
+            max_message_bytes: config.max_message_bytes,
+        },
+    ))
+    .max_decoding_message_size(decode_limit)
+    // gzip and zstd both ways: accepted on requests, used for answers in the first of
+    // them the client lists in grpc-accept-encoding.
+    .accept_compressed(CompressionEncoding::Gzip)
+    .accept_compressed(CompressionEncoding::Zstd)
+    .send_compressed(CompressionEncoding::Gzip)
+    .send_compressed(CompressionEncoding::Zstd);
     let mut builder = Server::builder()
         .http2_keepalive_interval(Some(HTTP2_KEEPALIVE.0))
         .http2_keepalive_timeout(Some(HTTP2_KEEPALIVE.1));

@@ -7,71 +7,92 @@ use crate::error::{Error, Result};
 use crate::proto::{self, tool_router_server::ToolRouter};
 use crate::registry::{Domain, DomainId, Registry, Tool};
 use crate::router::Reason;
-use crate::state::{State, View};
+use crate::state::{Loaded, Routed, State, View};
 use crate::telemetry::{CallSummary, conversation_hash};
 
 /// Longest accepted `conversation_id` or `group_name`, in bytes.
 pub const MAX_CONVERSATION_ID_BYTES: usize = 256;
 
+/// What the service accepts, from the configuration.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Longest accepted `message` or `query`, in bytes.
+    pub max_message_bytes: usize,
+}
+
 /// The gRPC service; cloning is shallow.
 #[derive(Clone)]
 pub struct ToolRouterService {
     state: State,
+    limits: Limits,
 }
 
 impl ToolRouterService {
     /// A service over the shared state.
-    pub fn new(state: State) -> Self {
-        ToolRouterService { state }
-    }
-
-    fn check_message(&self, message: &str) -> Result<()> {
-        self.check_text(message, "message")
+    pub fn new(state: State, limits: Limits) -> Self {
+        ToolRouterService { state, limits }
     }
 
     /// Checks a free-text field against `max_message_bytes`.
-    fn check_text(&self, text: &str, field: &str) -> Result<()> {
-        let limit = self.state.max_message_bytes();
+    fn check_text(&self, text: &str, field: &'static str) -> Result<()> {
+        let limit = self.limits.max_message_bytes;
         if text.len() > limit {
-            return Err(Error::InvalidArgument(format!(
-                "'{field}' is {} bytes, over the limit of {limit} bytes (max_message_bytes).",
-                text.len()
-            )));
+            return Err(Error::MessageTooLong {
+                field,
+                len: text.len(),
+                limit,
+            });
         }
         Ok(())
     }
 }
 
-/// Checks a conversation id; `Ok(None)` when it is empty or whitespace-only.
-fn conversation_id(id: &str) -> Result<Option<&str>> {
-    if id.trim().is_empty() {
-        return Ok(None);
+/// A request's `conversation_id`, checked: at most [`MAX_CONVERSATION_ID_BYTES`] bytes and
+/// no control characters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct ConversationId<'a>(&'a str);
+
+impl<'a> ConversationId<'a> {
+    const FIELD: &'static str = "conversation_id";
+
+    /// For requests where a conversation is optional: empty or whitespace-only is none.
+    fn optional(raw: &'a str) -> Result<Option<Self>> {
+        if raw.trim().is_empty() {
+            return Ok(None);
+        }
+        bounded(raw, Self::FIELD).map(|id| Some(ConversationId(id)))
     }
-    bounded(id, "conversation_id").map(Some)
+
+    /// For requests that need one: empty or whitespace-only is a missing parameter.
+    fn required(raw: &'a str) -> Result<Self> {
+        Self::optional(raw)?.ok_or(Error::MissingParameter { field: Self::FIELD })
+    }
+
+    fn as_str(self) -> &'a str {
+        self.0
+    }
 }
 
 /// Checks a name-like field: at most [`MAX_CONVERSATION_ID_BYTES`] bytes, no control
 /// characters (Unicode category Cc).
-fn bounded<'a>(value: &'a str, name: &str) -> Result<&'a str> {
+fn bounded<'a>(value: &'a str, field: &'static str) -> Result<&'a str> {
     if value.len() > MAX_CONVERSATION_ID_BYTES {
-        return Err(Error::InvalidArgument(format!(
-            "'{name}' is {} bytes, over the limit of {MAX_CONVERSATION_ID_BYTES} bytes.",
-            value.len()
-        )));
+        return Err(Error::NameTooLong {
+            field,
+            len: value.len(),
+            limit: MAX_CONVERSATION_ID_BYTES,
+        });
     }
     if value.chars().any(char::is_control) {
-        return Err(Error::InvalidArgument(format!(
-            "'{name}' must not contain control characters."
-        )));
+        return Err(Error::ControlCharacters { field });
     }
     Ok(value)
 }
 
-fn required<'a>(value: &'a str, name: &str) -> Result<&'a str> {
+/// A field that must not be empty or whitespace-only.
+fn required<'a>(value: &'a str, field: &'static str) -> Result<&'a str> {
     if value.trim().is_empty() {
-        return Err(Error::InvalidArgument(format!(
-            "Required parameter '{name}' is missing."
-        )));
+        return Err(Error::MissingParameter { field });
     }
     Ok(value)
 }
@@ -132,9 +153,9 @@ impl ToolRouter for ToolRouterService {
         request: Request<proto::RouteRequest>,
     ) -> Result<Response<proto::RouteResponse>, Status> {
         let req = request.into_inner();
-        self.check_message(&req.message)?;
-        let conv = conversation_id(&req.conversation_id)?;
-        let (view, decision) = self.state.route(&req.message, conv, req.dry_run).await?;
+        self.check_text(&req.message, "message")?;
+        let conv = ConversationId::optional(&req.conversation_id)?.map(ConversationId::as_str);
+        let Routed { view, decision } = self.state.route(&req.message, conv, req.dry_run).await?;
         tracing::debug!(
             message_bytes = req.message.len(),
             domains = decision.domains.len(),
@@ -194,11 +215,9 @@ impl ToolRouter for ToolRouterService {
         request: Request<proto::LoadToolGroupRequest>,
     ) -> Result<Response<proto::LoadToolGroupResponse>, Status> {
         let req = request.into_inner();
-        let id = required(&req.conversation_id, "conversation_id")?;
-        let group_name = required(&req.group_name, "group_name")?;
-        let id = conversation_id(id)?.unwrap_or(id);
-        let group_name = bounded(group_name, "group_name")?;
-        let (view, load) = self.state.load_group(id, group_name).await?;
+        let id = ConversationId::required(&req.conversation_id)?.as_str();
+        let group_name = bounded(required(&req.group_name, "group_name")?, "group_name")?;
+        let Loaded { view, load } = self.state.load_group(id, group_name).await?;
         let d = view.registry.domain(load.domain);
         tracing::debug!(group = %d.name, already_loaded = load.already_loaded, "group loaded");
         let mut response = Response::new(proto::LoadToolGroupResponse {
@@ -263,8 +282,7 @@ impl ToolRouter for ToolRouterService {
         request: Request<proto::ResetConversationRequest>,
     ) -> Result<Response<proto::ResetConversationResponse>, Status> {
         let req = request.into_inner();
-        let id = required(&req.conversation_id, "conversation_id")?;
-        let id = conversation_id(id)?.unwrap_or(id);
+        let id = ConversationId::required(&req.conversation_id)?.as_str();
         self.state.reset_conversation(id).await?;
         let mut response = Response::new(proto::ResetConversationResponse {});
         response.extensions_mut().insert(CallSummary {
@@ -281,14 +299,15 @@ impl ToolRouter for ToolRouterService {
         let req = request.into_inner();
         let query = required(&req.query, "query")?;
         self.check_text(query, "query")?;
-        let conv = conversation_id(&req.conversation_id)?;
+        let conv = ConversationId::optional(&req.conversation_id)?;
         let load_into = match (req.load, conv) {
             (false, _) => None,
-            (true, Some(id)) => Some(id),
+            (true, Some(id)) => Some(id.as_str()),
             (true, None) => {
-                return Err(Error::InvalidArgument(
-                    "Required parameter 'conversation_id' is missing (needed with 'load').".to_string(),
-                )
+                return Err(Error::MissingWith {
+                    field: ConversationId::FIELD,
+                    with: "load",
+                }
                 .into());
             }
         };
@@ -407,17 +426,26 @@ mod tests {
 
     #[test]
     fn conversation_ids_are_checked_for_length_and_control_characters() {
-        assert_eq!(conversation_id("").unwrap(), None);
-        assert_eq!(conversation_id(" \t").unwrap(), None);
-        assert_eq!(conversation_id("abc").unwrap(), Some("abc"));
+        fn optional(raw: &str) -> Result<Option<String>> {
+            ConversationId::optional(raw).map(|c| c.map(|c| c.as_str().to_string()))
+        }
+        assert_eq!(optional("").unwrap(), None);
+        assert_eq!(optional(" \t").unwrap(), None);
+        assert_eq!(optional("abc").unwrap().as_deref(), Some("abc"));
         assert!(
-            conversation_id(&"x".repeat(256)).is_ok(),
+            optional(&"x".repeat(256)).is_ok(),
             "exactly the limit is accepted"
         );
-        let long = conversation_id(&"x".repeat(257)).unwrap_err().to_string();
-        assert!(long.contains("256 bytes"), "{long}");
-        let ctrl = conversation_id("a\u{7}b").unwrap_err().to_string();
-        assert!(ctrl.contains("control characters"), "{ctrl}");
-        assert!(conversation_id("a\u{85}b").is_err(), "C1 controls are Cc too");
+        let long = optional(&"x".repeat(257)).unwrap_err().to_string();
+        assert_eq!(
+            long,
+            "'conversation_id' is 257 bytes, over the limit of 256 bytes."
+        );
+        let ctrl = optional("a\u{7}b").unwrap_err().to_string();
+        assert_eq!(ctrl, "'conversation_id' must not contain control characters.");
+        assert!(optional("a\u{85}b").is_err(), "C1 controls are Cc too");
+        let missing = ConversationId::required(" ").unwrap_err().to_string();
+        assert_eq!(missing, "Required parameter 'conversation_id' is missing.");
+        assert_eq!(ConversationId::required("c1").unwrap().as_str(), "c1");
     }
 }

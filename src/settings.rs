@@ -1,7 +1,6 @@
 //! The settings snapshot: every row of the `settings` table, read at once and cached for the
 //! TTL. `invalidate` re-reads at once; without it a change becomes visible within one TTL.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -9,42 +8,7 @@ use arc_swap::ArcSwap;
 
 use crate::db::Db;
 use crate::error::{Error, Result};
-
-/// All settings rows at one moment.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Snapshot {
-    values: HashMap<String, String>,
-}
-
-impl Snapshot {
-    /// A snapshot of these rows.
-    pub fn new(rows: impl IntoIterator<Item = (String, String)>) -> Snapshot {
-        Snapshot {
-            values: rows.into_iter().collect(),
-        }
-    }
-
-    /// A snapshot that sets every settings key of `registry`, so every domain is active (for
-    /// evaluation and benchmark workloads).
-    pub fn every_key_set(registry: &crate::registry::Registry) -> Snapshot {
-        Snapshot::new(
-            registry
-                .domains()
-                .iter()
-                .flat_map(|d| d.settings_keys.iter().map(|k| (k.clone(), "set".to_string()))),
-        )
-    }
-
-    /// Every (key, value) row.
-    pub fn rows(&self) -> impl Iterator<Item = (&str, &str)> {
-        self.values.iter().map(|(k, v)| (k.as_str(), v.as_str()))
-    }
-
-    /// True when `key` has a value that is not empty after trimming Unicode whitespace.
-    pub fn is_set(&self, key: &str) -> bool {
-        self.values.get(key).is_some_and(|v| !v.trim().is_empty())
-    }
-}
+pub use crate::router::Snapshot; // TEMP-MERGE
 
 struct Cached {
     snapshot: Arc<Snapshot>,
@@ -147,7 +111,6 @@ impl SettingsCache {
             }
             Err(e) => {
                 let cause: Arc<str> = e.to_string().into();
-                crate::telemetry::DATABASE_ERRORS.inc();
                 if previous.failure.is_none() {
                     tracing::error!(
                         error = %cause,

@@ -14,9 +14,9 @@ use crate::db::Db;
 use crate::error::{Error, Result};
 use crate::matcher::{MatchMode, Matcher};
 use crate::registry::Registry;
-use crate::router::{self, Activation, Decision, Inputs, Load, Options};
+use crate::router::{self, Activation, Decision, Inputs, Load, Mark, Options, Snapshot};
 use crate::search::{SearchIndex, ToolMatch};
-use crate::settings::{SettingsCache, Snapshot};
+use crate::settings::SettingsCache;
 
 /// Everything one decision reads, consistent with itself: in-flight calls see one view.
 #[derive(Debug)]
@@ -44,6 +44,24 @@ impl View {
     }
 }
 
+/// A route's answer and the view it was decided in.
+#[derive(Debug)]
+pub struct Routed {
+    /// The view the decision read.
+    pub view: Arc<View>,
+    /// What the turn gets.
+    pub decision: Decision,
+}
+
+/// A load's outcome and the view it was checked in.
+#[derive(Debug)]
+pub struct Loaded {
+    /// The view the load was checked against.
+    pub view: Arc<View>,
+    /// The group and whether the conversation already had it.
+    pub load: Load,
+}
+
 /// What `SearchTools` found, and which groups it loaded.
 #[derive(Debug)]
 pub struct Searched {
@@ -69,7 +87,6 @@ struct Inner {
     settings: SettingsCache,
     conversations: Conversations,
     options: Options,
-    max_message_bytes: usize,
     view: ArcSwap<View>,
     /// Where the registry is reloaded from: these folders, or the demo registry when empty.
     manifests: Vec<PathBuf>,
@@ -146,7 +163,6 @@ impl State {
                 db,
                 settings,
                 options: config.routing(),
-                max_message_bytes: config.max_message_bytes,
                 view: ArcSwap::from_pointee(view),
                 manifests: config.manifests.clone(),
                 keyword_match: config.keyword_match,
@@ -176,11 +192,6 @@ impl State {
     /// Conversations held in memory now.
     pub async fn conversations_cached(&self) -> u64 {
         self.inner.conversations.cached().await
-    }
-
-    /// The largest accepted message, in bytes.
-    pub fn max_message_bytes(&self) -> usize {
-        self.inner.max_message_bytes
     }
 
     /// The current view, with settings no older than the TTL (or the last good settings
@@ -214,12 +225,7 @@ impl State {
     ///
     /// # Errors
     /// None today: a conversation store fault degrades the answer instead (see above).
-    pub async fn route(
-        &self,
-        message: &str,
-        conversation_id: Option<&str>,
-        dry_run: bool,
-    ) -> Result<(Arc<View>, Decision)> {
+    pub async fn route(&self, message: &str, conversation_id: Option<&str>, dry_run: bool) -> Result<Routed> {
         let view = self.view().await;
         let decide = |conversation: Option<&router::Conversation>| {
             router::route(
@@ -232,7 +238,7 @@ impl State {
         };
         let Some(id) = conversation_id else {
             let decision = decide(None);
-            return Ok((view, decision));
+            return Ok(Routed { view, decision });
         };
         let convs = &self.inner.conversations;
         // A turn is answered even when the conversation store cannot be used: without the
@@ -242,35 +248,35 @@ impl State {
             Err(e) => {
                 tracing::warn!(error = %e, "conversation unavailable; routing without its memory");
                 let decision = decide(None);
-                return Ok((view, decision));
+                return Ok(Routed { view, decision });
             }
         };
-        let decision = decide(Some(&entry.state));
+        let decision = decide(Some(entry.state()));
         if !decision.new_hits.is_empty() && !dry_run {
-            let mut next = entry.state.clone();
-            next.record_hits(&view.registry, &decision.new_hits);
-            if let Err(e) = convs.save(id, &mut entry, next).await {
+            let names = decision
+                .new_hits
+                .iter()
+                .map(|&d| view.registry.domain(d).name.as_str());
+            if let Err(e) = entry.record(names, Mark::Hit).await {
                 tracing::warn!(error = %e, "cannot remember this turn's keyword hits");
             }
         }
-        Ok((view, decision))
+        Ok(Routed { view, decision })
     }
 
     /// Loads a group into a conversation (SPEC §5), persisted before answering.
     ///
     /// # Errors
     /// `NotFound`/`FailedPrecondition` as the router decides, or a database fault.
-    pub async fn load_group(&self, conversation_id: &str, group: &str) -> Result<(Arc<View>, Load)> {
+    pub async fn load_group(&self, conversation_id: &str, group: &str) -> Result<Loaded> {
         let view = self.view().await;
         let convs = &self.inner.conversations;
         let mut entry = convs.lock(conversation_id).await?;
-        let load = router::load(&view.registry, &view.activation, &entry.state, group)?;
+        let load = router::load(&view.registry, &view.activation, entry.state(), group)?;
         if !load.already_loaded {
-            let mut next = entry.state.clone();
-            next.record_load(group);
-            convs.save(conversation_id, &mut entry, next).await?;
+            entry.record([group], Mark::Loaded).await?;
         }
-        Ok((view, load))
+        Ok(Loaded { view, load })
     }
 
     /// Searches the whole registry's tools (SPEC §5 `SearchTools`); with a conversation and
@@ -297,13 +303,9 @@ impl State {
                 }
             }
             if !groups.is_empty() {
-                let convs = &self.inner.conversations;
-                let mut entry = convs.lock(id).await?;
-                let mut next = entry.state.clone();
-                for &d in &groups {
-                    next.record_load(&registry.domain(d).name);
-                }
-                convs.save(id, &mut entry, next).await?;
+                let mut entry = self.inner.conversations.lock(id).await?;
+                let names = groups.iter().map(|&d| registry.domain(d).name.as_str());
+                entry.record(names, Mark::Loaded).await?;
                 loaded = groups;
             }
         }
@@ -336,14 +338,12 @@ impl State {
             })
         })
         .await
-        .map_err(|e| Error::Unavailable(format!("the reload task failed: {e}")))?;
+        .map_err(|e| Error::Internal(format!("the reload task failed: {e}")))?;
         let (registry, index) = match loaded {
             Ok((r, index)) => (Arc::new(r), Arc::new(index)),
             Err(Error::Manifests(errors)) => {
                 let version = self.inner.view.load().registry.version();
-                return Err(Error::FailedPrecondition(format!(
-                    "The manifests are invalid; still serving registry version {version:016x}.\n{errors}"
-                )));
+                return Err(Error::ManifestsRefused { version, errors });
             }
             Err(other) => return Err(other),
         };

@@ -13,7 +13,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
@@ -55,18 +55,6 @@ pub fn conversation_hash(id: &str) -> String {
     }
     format!("{:08x}", h >> 32)
 }
-
-/// Database faults seen by any daemon in this process (a statement failed, the file was
-/// missing or locked past the busy timeout). Process-wide because the store reports them
-/// from below the service; each daemon's registry exposes it.
-pub static DATABASE_ERRORS: LazyLock<IntCounter> = LazyLock::new(|| {
-    // The name and help are static and valid, so this cannot fail.
-    IntCounter::new(
-        "toolrouter_database_errors_total",
-        "Database operations that failed (unreadable settings table, failed writes, missing file).",
-    )
-    .expect("valid metric")
-});
 
 /// The daemon's metrics. Cloning is shallow.
 #[derive(Clone)]
@@ -165,7 +153,7 @@ impl Metrics {
             "Tools in the registry."
         ));
         registry
-            .register(Box::new(DATABASE_ERRORS.clone()))
+            .register(Box::new(crate::db::DATABASE_ERRORS.clone()))
             .expect("registered once per registry");
         Metrics {
             inner: Arc::new(MetricsInner {
@@ -474,7 +462,7 @@ fn over_transport_limit_is_resource_exhausted<R>(response: &mut http::Response<R
     if over {
         let message = format!(
             "The request is over the transport limit of {} bytes.",
-            crate::server::TRANSPORT_LIMIT_BYTES
+            crate::codec::TRANSPORT_LIMIT_BYTES
         );
         headers.insert("grpc-status", http::HeaderValue::from_static("8"));
         if let Ok(v) = http::HeaderValue::from_str(&message.replace(' ', "%20")) {

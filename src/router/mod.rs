@@ -1,0 +1,402 @@
+//! The route decision: a pure function of the registry, the settings snapshot (through its
+//! [`Activation`]), a conversation's state and the message. No I/O, no clock; the caller
+//! persists what the decision says changed.
+
+use std::ops::Range;
+
+mod activation;
+mod conversation;
+
+pub use activation::{Activation, Snapshot};
+pub use conversation::{Change, Conversation, Mark, Member};
+
+use crate::error::{Error, Result};
+use crate::matcher::Matcher;
+use crate::registry::{DomainId, KeywordId, Registry, Tool};
+use crate::search::{DomainHit, SearchIndex, SearchMode, SearchOptions};
+
+/// Name of the meta-tool that loads a group for the rest of a conversation.
+pub const LOAD_TOOL_GROUP: &str = "load_tool_group";
+
+/// Name of the meta-tool that searches the registry's tools (SPEC §4, v2).
+pub const SEARCH_TOOLS: &str = "search_tools";
+
+/// What a turn with no keyword hit and nothing sticky gets.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize, clap::ValueEnum,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum FallbackPolicy {
+    /// Core, loaded, and every active non-core domain with `fallback = true`.
+    #[default]
+    AllActive,
+    /// Core and loaded domains only.
+    CoreOnly,
+}
+
+/// Routing options from the configuration.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Options {
+    /// See [`FallbackPolicy`].
+    pub fallback: FallbackPolicy,
+    /// Whether answers start with the `load_tool_group` meta-tool.
+    pub expose_load_tool_group: bool,
+    /// Whether answers carry the `search_tools` meta-tool (after `load_tool_group`).
+    pub expose_search_tools: bool,
+    /// When and how the search index routes (SPEC §8).
+    pub search: SearchOptions,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            fallback: FallbackPolicy::AllActive,
+            expose_load_tool_group: true,
+            expose_search_tools: true,
+            search: SearchOptions::default(),
+        }
+    }
+}
+
+/// Why a domain is in an answer (the first that applies, in this order).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    /// An active core domain.
+    Core,
+    /// This message hit one of its keywords.
+    Keyword,
+    /// The search index chose it for this message.
+    Search,
+    /// Loaded explicitly in the conversation.
+    Loaded,
+    /// Hit (by keyword or search) on an earlier turn of the conversation.
+    Sticky,
+    /// Nothing hit, so every active fallback domain came in.
+    Fallback,
+}
+
+impl Reason {
+    /// The reason's name in reports, logs and metric labels.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::Core => "core",
+            Reason::Keyword => "keyword",
+            Reason::Search => "search",
+            Reason::Loaded => "loaded",
+            Reason::Sticky => "sticky",
+            Reason::Fallback => "fallback",
+        }
+    }
+}
+
+/// One domain in an answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Included {
+    /// The domain.
+    pub domain: DomainId,
+    /// The first reason that applies.
+    pub reason: Reason,
+    /// With [`Reason::Keyword`]: where in [`Decision::keywords`] the keywords that hit this
+    /// domain are (see [`Decision::matched`]); empty otherwise.
+    pub matched: Range<usize>,
+}
+
+/// The answer to one turn.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decision {
+    /// Whether the tool list starts with the `load_tool_group` meta-tool.
+    pub meta_tool: bool,
+    /// Whether the `search_tools` meta-tool follows it.
+    pub search_tool: bool,
+    /// The included domains that contribute tools, in tool order.
+    pub domains: Vec<Included>,
+    /// Every keyword that hit an active non-core domain, sorted (so grouped by domain, in
+    /// manifest order); [`Included::matched`] ranges index into it.
+    pub keywords: Vec<KeywordId>,
+    /// The search hits of this message that no keyword hit, by domain (see
+    /// [`Decision::search_hit`]).
+    pub search: Vec<DomainHit>,
+    /// Nothing hit (by keyword, core keyword or search) and nothing was sticky.
+    pub fallback: bool,
+    /// Domains this message hit that the conversation had not recorded as hit, by name;
+    /// the caller records them (see [`Conversation::change`]) before answering.
+    pub new_hits: Vec<DomainId>,
+}
+
+impl Decision {
+    /// The keywords that hit an included domain, in manifest order, each once.
+    pub fn matched(&self, included: &Included) -> &[KeywordId] {
+        &self.keywords[included.matched.clone()]
+    }
+
+    /// The search hit that brought a domain in (score and matched terms), if search did.
+    pub fn search_hit(&self, domain: DomainId) -> Option<&DomainHit> {
+        self.search
+            .binary_search_by_key(&domain, |h| h.domain)
+            .ok()
+            .map(|i| &self.search[i])
+    }
+
+    /// The meta-tools the answer starts with, in order.
+    fn meta_tools<'a>(&self, activation: &'a Activation) -> impl Iterator<Item = &'a Tool> {
+        let load = activation.meta_tool().filter(|_| self.meta_tool);
+        let search = activation.search_tool().filter(|_| self.search_tool);
+        load.into_iter().chain(search)
+    }
+
+    /// How many tools [`Decision::tools`] yields, to size the answer once (a fallback over a
+    /// large registry is thousands of tools; growing the vector would copy it repeatedly).
+    pub fn tool_count(&self, registry: &Registry, activation: &Activation) -> usize {
+        self.meta_tools(activation).count()
+            + self
+                .domains
+                .iter()
+                .map(|inc| registry.domain(inc.domain).tools.len())
+                .sum::<usize>()
+    }
+
+    /// The tools of the answer, in order: the meta-tools (when exposed), then each included
+    /// domain's tools in manifest order.
+    pub fn tools<'a>(
+        &'a self,
+        registry: &'a Registry,
+        activation: &'a Activation,
+    ) -> impl Iterator<Item = (&'a str, &'a Tool)> {
+        self.meta_tools(activation)
+            .map(|t| ("", t))
+            .chain(self.domains.iter().flat_map(move |inc| {
+                let d = registry.domain(inc.domain);
+                d.tools.iter().map(move |t| (d.name.as_str(), t))
+            }))
+    }
+}
+
+/// What the registry offers a route: the domains, their keyword automaton and their search
+/// index, all built from the same registry.
+#[derive(Debug, Clone, Copy)]
+pub struct Inputs<'a> {
+    /// The registry.
+    pub registry: &'a Registry,
+    /// Its keyword automaton.
+    pub matcher: &'a Matcher,
+    /// Its search index.
+    pub index: &'a SearchIndex,
+}
+
+/// A domain this message hit, and how.
+#[derive(Debug, Clone)]
+enum Hit {
+    /// By keyword: its range of [`Decision::keywords`].
+    Keyword(Range<usize>),
+    /// By search.
+    Search,
+}
+
+/// Decides which domains a turn gets (SPEC §4).
+pub fn route(
+    inputs: Inputs<'_>,
+    activation: &Activation,
+    conversation: Option<&Conversation>,
+    message: &str,
+    options: &Options,
+) -> Decision {
+    let registry = inputs.registry;
+    // Keyword HITS: active non-core domains with a keyword found. A domain without keywords
+    // has no patterns in the automaton, so it can never be a hit (rule 6). An active core
+    // domain's hit routes the message (no fallback) but is never a HIT.
+    let mut keywords = inputs.matcher.find(message);
+    let mut core_hit = false;
+    keywords.retain(|&k| {
+        let d = registry.keyword_domain(k);
+        let active = activation.is_active(d);
+        core_hit |= active && registry.domain(d).core;
+        !registry.domain(d).core && active
+    });
+    // Keyword ids are sorted, and a domain's ids are contiguous, so each hit domain owns one
+    // range of `keywords`, already in manifest order.
+    let mut hits: Vec<(DomainId, Hit)> = Vec::new();
+    for (i, &k) in keywords.iter().enumerate() {
+        let d = registry.keyword_domain(k);
+        match hits.last_mut() {
+            Some((last, Hit::Keyword(range))) if *last == d => range.end = i + 1,
+            _ => hits.push((d, Hit::Keyword(i..i + 1))),
+        }
+    }
+
+    // Members still in the registry, still active, not core (core comes first anyway).
+    let members: Vec<(DomainId, &Member)> = conversation
+        .map(|c| {
+            c.members
+                .iter()
+                .filter_map(|m| registry.find(&m.domain).map(|d| (d, m)))
+                .filter(|&(d, _)| activation.is_active(d) && !registry.domain(d).core)
+                .collect()
+        })
+        .unwrap_or_default();
+    let any_sticky = members.iter().any(|(_, m)| m.hit);
+
+    // Search HITS (SPEC §8): active non-core domains with tools that no keyword hit.
+    let run_search = match options.search.mode {
+        SearchMode::Off => false,
+        SearchMode::Fallback => hits.is_empty() && !any_sticky && !core_hit,
+        SearchMode::Augment => true,
+    };
+    let search = if run_search {
+        let keyword_hit = |d: DomainId| hits.binary_search_by_key(&d, |(h, _)| *h).is_ok();
+        inputs.index.domain_hits(message, &options.search, |d| {
+            activation.is_active(d)
+                && !registry.domain(d).core
+                && !registry.domain(d).tools.is_empty()
+                && !keyword_hit(d)
+        })
+    } else {
+        Vec::new()
+    };
+    if !search.is_empty() {
+        hits.extend(search.iter().map(|h| (h.domain, Hit::Search)));
+        hits.sort_by_key(|(d, _)| *d);
+    }
+
+    let hit_of = |d: DomainId| hits.binary_search_by_key(&d, |(h, _)| *h).ok();
+    let included = |(d, hit): &(DomainId, Hit)| match hit {
+        Hit::Keyword(range) => Included {
+            domain: *d,
+            reason: Reason::Keyword,
+            matched: range.clone(),
+        },
+        Hit::Search => because(*d, Reason::Search),
+    };
+
+    let all_active = options.fallback == FallbackPolicy::AllActive;
+    let fallback = hits.is_empty() && !any_sticky && !core_hit;
+    let mut domains: Vec<Included> = Vec::with_capacity(
+        activation.core.len()
+            + members.len()
+            + hits
+                .len()
+                .max(if all_active { activation.fallback.len() } else { 0 }),
+    );
+    domains.extend(activation.core.iter().map(|&d| because(d, Reason::Core)));
+    let mut new_hits = Vec::new();
+
+    if conversation.is_none() {
+        if !fallback {
+            domains.extend(hits.iter().map(included));
+        } else if all_active {
+            domains.extend(activation.fallback.iter().map(|&d| because(d, Reason::Fallback)));
+        }
+    } else {
+        for &(d, m) in &members {
+            if let Some(i) = hit_of(d) {
+                domains.push(included(&hits[i]));
+            } else if m.loaded {
+                domains.push(because(d, Reason::Loaded));
+            } else if m.hit {
+                domains.push(because(d, Reason::Sticky));
+            }
+        }
+        // Hits new to the conversation join now, after earlier members, by name.
+        for hit in &hits {
+            let member = members.iter().find(|(m, _)| *m == hit.0).map(|(_, m)| *m);
+            if member.is_none_or(|m| !m.hit) {
+                new_hits.push(hit.0);
+            }
+            if member.is_none() {
+                domains.push(included(hit));
+            }
+        }
+        if fallback && all_active {
+            // Fallback domains do not join the conversation; loaded ones are in already.
+            for &d in &activation.fallback {
+                if !members.iter().any(|&(m, mem)| m == d && mem.loaded) {
+                    domains.push(because(d, Reason::Fallback));
+                }
+            }
+        }
+    }
+    domains.retain(|inc| !registry.domain(inc.domain).tools.is_empty());
+    Decision {
+        meta_tool: options.expose_load_tool_group && activation.meta_tool.is_some(),
+        search_tool: options.expose_search_tools && activation.search_tool.is_some(),
+        domains,
+        keywords,
+        search,
+        fallback,
+        new_hits,
+    }
+}
+
+fn because(domain: DomainId, reason: Reason) -> Included {
+    Included {
+        domain,
+        reason,
+        matched: 0..0,
+    }
+}
+
+/// What an explicit load of a group means for a conversation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Load {
+    /// The group.
+    pub domain: DomainId,
+    /// The conversation already had it (or it is core, so it always has it).
+    pub already_loaded: bool,
+}
+
+/// Checks a `LoadToolGroup` request against the registry, settings and conversation
+/// (SPEC §5). The group name matches exactly.
+///
+/// # Errors
+/// [`Error::GroupNotFound`], [`Error::GroupNotConfigured`] or [`Error::GroupWithoutTools`].
+pub fn load(
+    registry: &Registry,
+    activation: &Activation,
+    conversation: &Conversation,
+    group: &str,
+) -> Result<Load> {
+    let Some(d) = registry.find(group) else {
+        return Err(Error::GroupNotFound {
+            group: group.to_string(),
+            available: activation
+                .loadable
+                .iter()
+                .map(|&d| registry.domain(d).name.clone())
+                .collect(),
+        });
+    };
+    let domain = registry.domain(d);
+    if !activation.is_active(d) {
+        return Err(Error::GroupNotConfigured {
+            group: group.to_string(),
+            keys: domain.settings_keys.clone(),
+        });
+    }
+    if domain.tools.is_empty() {
+        return Err(Error::GroupWithoutTools {
+            group: group.to_string(),
+        });
+    }
+    let already_loaded = domain.core || conversation.is_loaded(group);
+    Ok(Load {
+        domain: d,
+        already_loaded,
+    })
+}
+
+/// The text a successful load answers with, for the model to read.
+pub fn load_text(registry: &Registry, d: DomainId) -> String {
+    let domain = registry.domain(d);
+    let n = domain.tools.len();
+    let mut text = format!(
+        "Loaded {n} {} from group '{}':",
+        if n == 1 { "tool" } else { "tools" },
+        domain.display_name
+    );
+    for t in &domain.tools {
+        text.push_str(&format!("\n- {}: {}", t.name, t.description));
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests;
