@@ -256,4 +256,142 @@ mod tests {
             assert_eq!(echo(value), want.as_str(), "{} chars", value.chars().count());
         }
     }
+
+    #[test]
+    fn each_error_maps_to_its_status_code_with_the_contract_text() {
+        use tonic::Code;
+        let cases: Vec<(Error, Code, &str)> = vec![
+            (
+                Error::MissingParameter {
+                    field: "conversation_id",
+                },
+                Code::InvalidArgument,
+                "Required parameter 'conversation_id' is missing.",
+            ),
+            (
+                Error::MissingWith {
+                    field: "conversation_id",
+                    with: "load",
+                },
+                Code::InvalidArgument,
+                "Required parameter 'conversation_id' is missing (needed with 'load').",
+            ),
+            (
+                Error::MessageTooLong {
+                    field: "message",
+                    len: 1001,
+                    limit: 1000,
+                },
+                Code::InvalidArgument,
+                "'message' is 1001 bytes, over the limit of 1000 bytes (max_message_bytes).",
+            ),
+            (
+                Error::NameTooLong {
+                    field: "group_name",
+                    len: 300,
+                    limit: 256,
+                },
+                Code::InvalidArgument,
+                "'group_name' is 300 bytes, over the limit of 256 bytes.",
+            ),
+            (
+                Error::ControlCharacters {
+                    field: "conversation_id",
+                },
+                Code::InvalidArgument,
+                "'conversation_id' must not contain control characters.",
+            ),
+            (
+                Error::GroupNotFound {
+                    group: "nope".into(),
+                    available: vec!["a".into(), "b".into()],
+                },
+                Code::NotFound,
+                "Tool group 'nope' not found. Available groups: a, b",
+            ),
+            (
+                Error::GroupNotConfigured {
+                    group: "media".into(),
+                    keys: vec!["k1".into(), "k2".into()],
+                },
+                Code::FailedPrecondition,
+                "Tool group 'media' is not configured: set one of k1, k2.",
+            ),
+            (
+                Error::GroupWithoutTools {
+                    group: "empty".into(),
+                },
+                Code::FailedPrecondition,
+                "Tool group 'empty' has no available tools.",
+            ),
+            (
+                Error::Unavailable("the database file /x cannot be opened: gone".into()),
+                Code::Unavailable,
+                "the database file /x cannot be opened: gone",
+            ),
+            (
+                Error::Database(sqlx::Error::PoolTimedOut),
+                Code::Unavailable,
+                "database error: pool timed out while waiting for an open connection",
+            ),
+            // A fault of the daemon's own: a retry will not help, the cause stays in the log.
+            (
+                Error::Database(sqlx::Error::RowNotFound),
+                Code::Internal,
+                "internal error",
+            ),
+            (
+                Error::Internal("a task panicked".into()),
+                Code::Internal,
+                "internal error",
+            ),
+        ];
+        for (err, code, text) in cases {
+            let shown = format!("{err:?}");
+            let status = tonic::Status::from(err);
+            assert_eq!((status.code(), status.message()), (code, text), "{shown}");
+        }
+    }
+
+    #[tokio::test]
+    async fn sqlite_faults_a_retry_may_get_past_are_unavailable_and_the_rest_internal() {
+        use sqlx::Connection as _;
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}?mode=rwc", dir.path().join("t.db").display());
+        let mut holder = sqlx::SqliteConnection::connect(&url).await.unwrap();
+        sqlx::query("CREATE TABLE t (k TEXT PRIMARY KEY)")
+            .execute(&mut holder)
+            .await
+            .unwrap();
+        sqlx::query("INSERT INTO t VALUES ('a')")
+            .execute(&mut holder)
+            .await
+            .unwrap();
+        let duplicate = sqlx::query("INSERT INTO t VALUES ('a')")
+            .execute(&mut holder)
+            .await
+            .unwrap_err();
+        let no_table = sqlx::query("SELECT * FROM missing")
+            .execute(&mut holder)
+            .await
+            .unwrap_err();
+        sqlx::query("BEGIN IMMEDIATE").execute(&mut holder).await.unwrap();
+        let opts = <sqlx::sqlite::SqliteConnectOptions as std::str::FromStr>::from_str(&url)
+            .unwrap()
+            .busy_timeout(std::time::Duration::ZERO);
+        let mut other = sqlx::SqliteConnection::connect_with(&opts).await.unwrap();
+        let busy = sqlx::query("INSERT INTO t VALUES ('b')")
+            .execute(&mut other)
+            .await
+            .unwrap_err();
+        let cases = [
+            (busy, tonic::Code::Unavailable),
+            (duplicate, tonic::Code::Internal),
+            (no_table, tonic::Code::Internal),
+        ];
+        for (err, code) in cases {
+            let shown = err.to_string();
+            assert_eq!(tonic::Status::from(Error::Database(err)).code(), code, "{shown}");
+        }
+    }
 }
