@@ -85,13 +85,16 @@ impl Matcher {
             let ends_in_e = lower.ends_with('e');
             if mode == MatchMode::Word {
                 if let Some(stem) = y_stem(&lower) {
-                    add(stem.to_string(), (k, Ending::YStem));
+                    add(stem.to_string(), (KeywordId::at(k), Ending::YStem));
                 }
                 if ends_in_e && lower.len() > 1 {
-                    add(lower[..lower.len() - 1].to_string(), (k, Ending::EStem));
+                    add(
+                        lower[..lower.len() - 1].to_string(),
+                        (KeywordId::at(k), Ending::EStem),
+                    );
                 }
             }
-            add(lower, (k, Ending::Keyword { ends_in_e }));
+            add(lower, (KeywordId::at(k), Ending::Keyword { ends_in_e }));
         }
         let automaton = if patterns.is_empty() {
             None
@@ -317,7 +320,7 @@ mod tests {
     fn the_keyword_table_holds() {
         for &(keywords, mode, message, expected) in CASES {
             let m = Matcher::new(keywords.iter().copied(), mode).unwrap();
-            let got: Vec<&str> = m.find(message).into_iter().map(|k| keywords[k]).collect();
+            let got: Vec<&str> = m.find(message).into_iter().map(|k| keywords[k.index()]).collect();
             assert_eq!(got, expected, "keywords {keywords:?} ({mode:?}) in {message:?}");
         }
     }
@@ -325,7 +328,7 @@ mod tests {
     #[test]
     fn hits_are_sorted_and_unique_even_when_a_keyword_hits_twice() {
         let m = Matcher::new(["b", "a"], Word).unwrap();
-        assert_eq!(m.find("a b a b"), vec![0, 1]);
+        assert_eq!(m.find("a b a b"), vec![KeywordId::at(0), KeywordId::at(1)]);
     }
 
     #[test]

@@ -126,9 +126,7 @@ fn group(view: &View, id: DomainId) -> proto::Group {
 }
 
 fn groups(view: &View) -> Vec<proto::Group> {
-    (0..view.registry.domains().len())
-        .map(|d| group(view, d))
-        .collect()
+    view.registry.domain_ids().map(|d| group(view, d)).collect()
 }
 
 fn reason(r: Reason) -> proto::Reason {

@@ -730,9 +730,12 @@ fn check_decision_bounds(registry: &Registry, d: &Decision) -> Result<(), TestCa
         d.keywords.windows(2).all(|w| w[0] < w[1]),
         "keywords sorted, unique"
     );
-    prop_assert!(d.keywords.iter().all(|&k| k < total), "keyword id out of range");
+    prop_assert!(
+        d.keywords.iter().all(|&k| k.index() < total),
+        "keyword id out of range"
+    );
     for inc in &d.domains {
-        prop_assert!(inc.domain < registry.domains().len());
+        prop_assert!(inc.domain.index() < registry.domains().len());
         prop_assert!(
             inc.matched.start <= inc.matched.end && inc.matched.end <= d.keywords.len(),
             "matched range {:?} outside {} keywords",
@@ -790,10 +793,11 @@ proptest! {
     fn the_matcher_finds_exactly_the_keywords_the_spec_rule_finds(message in message()) {
         let f = fixed();
         for matcher in [&f.word, &f.substring] {
-            let got = matcher.find(&message);
+            let got: Vec<usize> = matcher.find(&message).iter().map(|k| k.index()).collect();
             let want = spec_keyword_hits(&f.registry, &message, matcher.mode());
             let name = |ids: &[usize]| -> Vec<String> {
-                ids.iter().map(|&k| f.registry.keyword(k).to_string()).collect()
+                let keywords: Vec<&str> = f.registry.keywords().collect();
+                ids.iter().map(|&k| keywords[k].to_string()).collect()
             };
             prop_assert_eq!(
                 name(&got), name(&want),
@@ -843,7 +847,7 @@ proptest! {
         let lower = message.to_lowercase();
         for mode in [MatchMode::Word, MatchMode::Substring] {
             let matcher = Matcher::new(keywords.iter().map(String::as_str), mode).unwrap();
-            let got: Vec<&str> = matcher.find(&message).into_iter().map(|k| keywords[k].as_str()).collect();
+            let got: Vec<&str> = matcher.find(&message).into_iter().map(|k| keywords[k.index()].as_str()).collect();
             let want: Vec<&str> = keywords
                 .iter()
                 .filter(|k| spec_hit(&lower, &k.to_lowercase(), mode))
@@ -1009,6 +1013,8 @@ struct Facts {
     keywords: Vec<usize>,
     /// Active non-core domains with a keyword hit.
     hits: BTreeSet<usize>,
+    /// `owner[k]` is the domain of keyword `k`.
+    owner: Vec<usize>,
     /// Whether an active core domain has a keyword hit (it routes the message: no fallback).
     core_hit: bool,
 }
@@ -1042,11 +1048,11 @@ fn facts(registry: &Registry, settings: &[(String, String)], message: &str, mode
     for (i, d) in registry.domains().iter().enumerate() {
         owner.extend(std::iter::repeat_n(i, d.keywords.len()));
     }
-    let countable = |d: usize| active[d] && !registry.domain(d).core;
+    let countable = |d: usize| active[d] && !registry.domains()[d].core;
     let all_hits = spec_keyword_hits(registry, message, mode);
     let core_hit = all_hits
         .iter()
-        .any(|&k| active[owner[k]] && registry.domain(owner[k]).core);
+        .any(|&k| active[owner[k]] && registry.domains()[owner[k]].core);
     let keywords: Vec<usize> = all_hits.into_iter().filter(|&k| countable(owner[k])).collect();
     let hits = keywords.iter().map(|&k| owner[k]).collect();
     let by_name = registry
@@ -1060,6 +1066,7 @@ fn facts(registry: &Registry, settings: &[(String, String)], message: &str, mode
         by_name,
         keywords,
         hits,
+        owner,
         core_hit,
     }
 }
@@ -1077,15 +1084,15 @@ struct Turn<'a> {
 
 impl Turn<'_> {
     fn name(&self, d: usize) -> &str {
-        &self.registry.domain(d).name
+        &self.registry.domains()[d].name
     }
 
     fn has_tools(&self, d: usize) -> bool {
-        !self.registry.domain(d).tools.is_empty()
+        !self.registry.domains()[d].tools.is_empty()
     }
 
     fn is_core(&self, d: usize) -> bool {
-        self.registry.domain(d).core
+        self.registry.domains()[d].core
     }
 
     /// Domains sorted by name.
@@ -1128,7 +1135,7 @@ impl Turn<'_> {
         let fallback_domains: Vec<usize> = self
             .all()
             .into_iter()
-            .filter(|&d| f.active[d] && !self.is_core(d) && self.registry.domain(d).fallback)
+            .filter(|&d| f.active[d] && !self.is_core(d) && self.registry.domains()[d].fallback)
             .collect();
         let hits = self.by_name(f.hits.iter().copied().collect());
         let mut out: Vec<(usize, Reason)> = core.iter().map(|&d| (d, Reason::Core)).collect();
@@ -1181,7 +1188,7 @@ impl Turn<'_> {
         self.decision
             .domains
             .iter()
-            .map(|i| (i.domain, i.reason))
+            .map(|i| (i.domain.index(), i.reason))
             .collect()
     }
 
@@ -1201,7 +1208,7 @@ fn each_turn(s: &Scenario, check: impl Fn(&Turn) -> Result<(), TestCaseError>) -
     for mode in [MatchMode::Word, MatchMode::Substring] {
         let matcher = Matcher::new(registry.keywords(), mode).unwrap();
         let facts = facts(&registry, &s.settings, &s.message, mode);
-        for (d, &active) in facts.active.iter().enumerate() {
+        for (d, &active) in registry.domain_ids().zip(&facts.active) {
             prop_assert_eq!(
                 activation.is_active(d),
                 active,
@@ -1253,7 +1260,7 @@ proptest! {
     fn an_inactive_domain_is_never_included(s in scenario()) {
         each_turn(&s, |t| {
             for inc in &t.decision.domains {
-                prop_assert!(t.facts.active[inc.domain], "inactive {} included", t.name(inc.domain));
+                prop_assert!(t.facts.active[inc.domain.index()], "inactive {} included", t.name(inc.domain.index()));
             }
             Ok(())
         })?;
@@ -1289,10 +1296,10 @@ proptest! {
                 prop_assert!(!reasons.contains(&Reason::Fallback), "reason Fallback without a fallback under {:?}", t.policy);
             } else {
                 for d in t.all() {
-                    let r = t.registry.domain(d);
+                    let r = &t.registry.domains()[d];
                     if t.facts.active[d] && !r.core && r.fallback && t.has_tools(d) {
                         prop_assert!(
-                            t.decision.domains.iter().any(|i| i.domain == d),
+                            t.decision.domains.iter().any(|i| i.domain.index() == d),
                             "fallback domain {} left out", r.name
                         );
                     }
@@ -1307,8 +1314,8 @@ proptest! {
         each_turn(&s, |t| {
             let mut seen = HashSet::new();
             for inc in &t.decision.domains {
-                prop_assert!(seen.insert(inc.domain), "{} twice", t.name(inc.domain));
-                prop_assert!(t.has_tools(inc.domain), "{} has no tools", t.name(inc.domain));
+                prop_assert!(seen.insert(inc.domain.index()), "{} twice", t.name(inc.domain.index()));
+                prop_assert!(t.has_tools(inc.domain.index()), "{} has no tools", t.name(inc.domain.index()));
             }
             Ok(())
         })?;
@@ -1318,21 +1325,22 @@ proptest! {
     fn only_keyword_domains_list_matched_keywords_and_those_are_the_ones_that_hit(s in scenario()) {
         each_turn(&s, |t| {
             check_decision_bounds(t.registry, &t.decision)?;
-            prop_assert_eq!(&t.decision.keywords, &t.facts.keywords, "decision keywords");
+            prop_assert_eq!(&t.decision.keywords.iter().map(|k| k.index()).collect::<Vec<_>>(), &t.facts.keywords, "decision keywords");
             for inc in &t.decision.domains {
                 let matched = t.decision.matched(inc).to_vec();
                 if inc.reason == Reason::Keyword {
-                    prop_assert!(!matched.is_empty(), "{} by keyword, none listed", t.name(inc.domain));
+                    prop_assert!(!matched.is_empty(), "{} by keyword, none listed", t.name(inc.domain.index()));
                     let want: Vec<usize> = t
                         .facts
                         .keywords
                         .iter()
                         .copied()
-                        .filter(|&k| t.registry.keyword_domain(k) == inc.domain)
+                        .filter(|&k| t.facts.owner[k] == inc.domain.index())
                         .collect();
-                    prop_assert_eq!(matched, want, "matched keywords of {}", t.name(inc.domain));
+                    let matched: Vec<usize> = matched.iter().map(|k| k.index()).collect();
+                    prop_assert_eq!(matched, want, "matched keywords of {}", t.name(inc.domain.index()));
                 } else {
-                    prop_assert!(inc.matched.is_empty(), "{} ({:?}) lists keywords", t.name(inc.domain), inc.reason);
+                    prop_assert!(inc.matched.is_empty(), "{} ({:?}) lists keywords", t.name(inc.domain.index()), inc.reason);
                 }
             }
             Ok(())
@@ -1342,7 +1350,7 @@ proptest! {
     #[test]
     fn new_hits_are_this_messages_hits_the_conversation_had_not_recorded(s in scenario()) {
         each_turn(&s, |t| {
-            for &d in &t.decision.new_hits {
+            for d in t.decision.new_hits.iter().map(|d| d.index()) {
                 prop_assert!(t.facts.hits.contains(&d), "{} is no hit of this message", t.name(d));
                 prop_assert!(t.facts.active[d] && !t.is_core(d));
                 if let Some(c) = t.conversation {
@@ -1352,7 +1360,7 @@ proptest! {
                     );
                 }
             }
-            let got: Vec<&str> = t.decision.new_hits.iter().map(|&d| t.name(d)).collect();
+            let got: Vec<&str> = t.decision.new_hits.iter().map(|d| t.name(d.index())).collect();
             let expected = t.expected_new_hits();
             let want: Vec<&str> = expected.iter().map(|&d| t.name(d)).collect();
             prop_assert_eq!(got, want);

@@ -555,7 +555,8 @@ mod tests {
             for m in &w.messages {
                 let d = route(inputs, &activation, None, m, &keywords_only());
                 assert!(!d.fallback, "{m:?}");
-                let got: Vec<(usize, Reason)> = d.domains.iter().map(|i| (i.domain, i.reason)).collect();
+                let got: Vec<(usize, Reason)> =
+                    d.domains.iter().map(|i| (i.domain.index(), i.reason)).collect();
                 assert_eq!(got, vec![(0, Reason::Keyword), (1, Reason::Keyword)], "{m:?}");
                 let tools: Vec<&str> = d
                     .tools(&w.registry, &activation)

@@ -11,10 +11,39 @@ use std::path::PathBuf;
 
 use crate::error::{ManifestError, ManifestErrors, Result};
 
-/// Index of a domain in [`Registry::domains`] (domains are sorted by name).
-pub type DomainId = usize;
-/// Global index of a keyword: domain order, then manifest order.
-pub type KeywordId = usize;
+/// A domain of one registry: its position in [`Registry::domains`] (domains are sorted by
+/// name, so id order is name order). Meaningless for another registry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct DomainId(usize);
+
+/// A keyword of one registry: domain order, then manifest order. Ids of one domain are
+/// contiguous, so sorting keyword ids groups them by domain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct KeywordId(usize);
+
+impl DomainId {
+    /// The domain at this position of [`Registry::domains`].
+    pub(crate) fn at(index: usize) -> DomainId {
+        DomainId(index)
+    }
+
+    /// The domain's position in [`Registry::domains`].
+    pub fn index(self) -> usize {
+        self.0
+    }
+}
+
+impl KeywordId {
+    /// The keyword at this position of [`Registry::keywords`].
+    pub(crate) fn at(index: usize) -> KeywordId {
+        KeywordId(index)
+    }
+
+    /// Its position in [`Registry::keywords`].
+    pub fn index(self) -> usize {
+        self.0
+    }
+}
 
 /// How much a tool can change; clients may gate on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -105,8 +134,8 @@ pub struct Registry {
     by_name: HashMap<String, DomainId>,
     /// `keyword_domain[k]` is the domain that owns keyword `k`.
     keyword_domain: Vec<DomainId>,
-    /// `keyword_start[d]` is the first keyword id of domain `d`.
-    keyword_start: Vec<KeywordId>,
+    /// `keyword_start[d]` is the position of domain `d`'s first keyword.
+    keyword_start: Vec<usize>,
     version: u64,
 }
 
@@ -175,13 +204,13 @@ impl Registry {
         let by_name = domains
             .iter()
             .enumerate()
-            .map(|(i, d)| (d.name.clone(), i))
+            .map(|(i, d)| (d.name.clone(), DomainId(i)))
             .collect();
         let mut keyword_domain = Vec::new();
         let mut keyword_start = Vec::with_capacity(domains.len());
         for (i, d) in domains.iter().enumerate() {
             keyword_start.push(keyword_domain.len());
-            keyword_domain.extend(std::iter::repeat_n(i, d.keywords.len()));
+            keyword_domain.extend(std::iter::repeat_n(DomainId(i), d.keywords.len()));
         }
         let version = content_hash(&domains);
         Ok(Registry {
@@ -365,7 +394,12 @@ impl Registry {
     /// # Panics
     /// When `id` does not come from this registry.
     pub fn domain(&self, id: DomainId) -> &Domain {
-        &self.domains[id]
+        &self.domains[id.0]
+    }
+
+    /// Every domain's id, in name order.
+    pub fn domain_ids(&self) -> impl ExactSizeIterator<Item = DomainId> + use<> {
+        (0..self.domains.len()).map(DomainId)
     }
 
     /// The domain with exactly this name.
@@ -382,13 +416,13 @@ impl Registry {
 
     /// The domain owning a keyword.
     pub fn keyword_domain(&self, k: KeywordId) -> DomainId {
-        self.keyword_domain[k]
+        self.keyword_domain[k.0]
     }
 
     /// The keyword as written in its manifest.
     pub fn keyword(&self, k: KeywordId) -> &str {
-        let d = self.keyword_domain[k];
-        &self.domains[d].keywords[k - self.keyword_start[d]]
+        let d = self.keyword_domain[k.0].0;
+        &self.domains[d].keywords[k.0 - self.keyword_start[d]]
     }
 
     /// Number of tools in all domains.
@@ -566,8 +600,8 @@ mod tests {
         let mut k = 0;
         for (d, dom) in r.domains().iter().enumerate() {
             for kw in &dom.keywords {
-                assert_eq!(r.keyword_domain(k), d);
-                assert_eq!(r.keyword(k), kw);
+                assert_eq!(r.keyword_domain(KeywordId(k)), DomainId(d));
+                assert_eq!(r.keyword(KeywordId(k)), kw);
                 k += 1;
             }
         }

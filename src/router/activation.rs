@@ -69,7 +69,10 @@ impl Activation {
             .map(|d| d.settings_keys.is_empty() || d.settings_keys.iter().any(|k| settings.is_set(k)))
             .collect();
         let ids = |pred: &dyn Fn(DomainId) -> bool| -> Vec<DomainId> {
-            (0..active.len()).filter(|&d| active[d] && pred(d)).collect()
+            registry
+                .domain_ids()
+                .filter(|&d| active[d.index()] && pred(d))
+                .collect()
         };
         let core = ids(&|d| registry.domain(d).core);
         let fallback = ids(&|d| !registry.domain(d).core && registry.domain(d).fallback);
@@ -88,12 +91,14 @@ impl Activation {
 
     /// Whether a domain is active.
     pub fn is_active(&self, d: DomainId) -> bool {
-        self.active[d]
+        self.active[d.index()]
     }
 
     /// Active domains, by name.
     pub fn active(&self) -> impl Iterator<Item = DomainId> + '_ {
-        (0..self.active.len()).filter(|&d| self.active[d])
+        (0..self.active.len())
+            .filter(|&d| self.active[d])
+            .map(DomainId::at)
     }
 
     /// The `load_tool_group` meta-tool, when any group is loadable.

@@ -310,7 +310,7 @@ impl SearchIndex {
             for (t, tool) in domain.tools.iter().enumerate() {
                 names.insert(tool.name.to_lowercase(), tool_domain.len() as u32);
                 tool_domain.push(d as u32);
-                let fields = tool_fields(registry, d, t);
+                let fields = tool_fields(registry, DomainId::at(d), t);
                 let mut occurrences = Vec::new();
                 let mut lengths = [0f32; 4];
                 for (f, text) in fields.iter().enumerate() {
@@ -587,11 +587,11 @@ impl SearchIndex {
             {
                 let (s, tool) = self.domain_score(first, &terms, &mut local);
                 top = s;
-                let ok = eligible(first as DomainId);
+                let ok = eligible(DomainId::at(first as usize));
                 if ok {
                     keep(&mut kept, s);
                 }
-                scored.push((first as DomainId, s, tool, ok));
+                scored.push((DomainId::at(first as usize), s, tool, ok));
                 let floor = pruning * top;
                 queue.extend(
                     touched_domains
@@ -609,11 +609,11 @@ impl SearchIndex {
                     }
                     let (s, tool) = self.domain_score(d, &terms, &mut local);
                     top = top.max(s);
-                    let ok = eligible(d as DomainId);
+                    let ok = eligible(DomainId::at(d as usize));
                     if ok {
                         keep(&mut kept, s);
                     }
-                    scored.push((d as DomainId, s, tool, ok));
+                    scored.push((DomainId::at(d as usize), s, tool, ok));
                 }
                 kept.clear();
                 queue.clear();
@@ -685,7 +685,7 @@ impl SearchIndex {
                     scores[tool as usize]
                 };
                 ToolMatch {
-                    domain: d as DomainId,
+                    domain: DomainId::at(d as usize),
                     tool: (tool - self.domain_start[d as usize]) as usize,
                     score,
                     terms: terms_hit,

@@ -35,8 +35,8 @@ async fn list_groups_gives_every_domain_by_name_and_the_prompt_section() {
         .map(|g| g.name.as_str())
         .collect();
     assert_eq!(active, ["docker", "sonarr", "system"]);
-    let docker = &registry.domains()[registry.find("docker").unwrap()];
-    let sonarr = &registry.domains()[registry.find("sonarr").unwrap()];
+    let docker = registry.domain(registry.find("docker").unwrap());
+    let sonarr = registry.domain(registry.find("sonarr").unwrap());
     assert_eq!(
         r.prompt_section,
         format!(
