@@ -1,0 +1,225 @@
+//! Building the index: every tool's four field texts, analysed into terms, with the BM25F
+//! weight of each (term, tool) computed once, and per (term, domain) the bounds that let a
+//! query skip domains that cannot make the cut.
+
+use std::collections::HashMap;
+
+use serde_json::Value;
+
+use super::analysis::{self, Analyzer};
+use super::{Bm25, DomainPosting, SearchIndex, TermId};
+use crate::registry::{DomainId, Registry};
+
+/// One tool's analysed document: each (term, field) occurrence, sorted, and its length in
+/// terms per field.
+type Document = (Vec<(TermId, usize)>, [f32; 4]);
+
+/// The text of one tool's four fields.
+fn tool_fields(registry: &Registry, d: DomainId, t: usize) -> [String; 4] {
+    let domain = registry.domain(d);
+    let tool = &domain.tools[t];
+    let mut schema = String::new();
+    if let Ok(v) = serde_json::from_str::<Value>(&tool.input_schema_json) {
+        walk_schema(&v, &mut schema);
+    }
+    let mut domain_text = format!("{} {}", domain.display_name, domain.description);
+    for k in &domain.keywords {
+        domain_text.push(' ');
+        domain_text.push_str(k);
+    }
+    [
+        analysis::split_identifier(&tool.name),
+        tool.description.clone(),
+        schema,
+        domain_text,
+    ]
+}
+
+/// Appends the words of a JSON Schema: property names (split), descriptions, titles, enum
+/// values, and the same for nested objects, items and combinators.
+fn walk_schema(v: &Value, out: &mut String) {
+    let Value::Object(map) = v else { return };
+    for key in ["description", "title"] {
+        if let Some(Value::String(s)) = map.get(key) {
+            out.push(' ');
+            out.push_str(s);
+        }
+    }
+    if let Some(Value::Array(values)) = map.get("enum") {
+        for e in values {
+            if let Value::String(s) = e {
+                out.push(' ');
+                out.push_str(&analysis::split_identifier(s));
+            }
+        }
+    }
+    if let Some(Value::Object(props)) = map.get("properties") {
+        for (name, prop) in props {
+            out.push(' ');
+            out.push_str(&analysis::split_identifier(name));
+            walk_schema(prop, out);
+        }
+    }
+    for key in ["items", "additionalProperties"] {
+        if let Some(inner) = map.get(key) {
+            walk_schema(inner, out);
+        }
+    }
+    for key in ["anyOf", "oneOf", "allOf", "prefixItems"] {
+        if let Some(Value::Array(items)) = map.get(key) {
+            for inner in items {
+                walk_schema(inner, out);
+            }
+        }
+    }
+    for key in ["$defs", "definitions"] {
+        if let Some(Value::Object(defs)) = map.get(key) {
+            for inner in defs.values() {
+                walk_schema(inner, out);
+            }
+        }
+    }
+}
+
+impl SearchIndex {
+    /// Builds the index over every tool of `registry` (active or not: activation changes
+    /// per settings snapshot, the index per registry).
+    pub fn new(registry: &Registry) -> SearchIndex {
+        SearchIndex::with_params(registry, &Bm25::default())
+    }
+
+    /// Builds the index with other BM25F parameters.
+    pub fn with_params(registry: &Registry, params: &Bm25) -> SearchIndex {
+        let fields = &params.fields;
+        let k1 = params.k1;
+        let analyzer = Analyzer::new();
+        let mut terms: HashMap<String, TermId, _> = HashMap::default();
+        let mut surface: HashMap<String, Option<TermId>, _> = HashMap::default();
+        let mut term_words: Vec<String> = Vec::new();
+        let mut tool_domain = Vec::with_capacity(registry.tool_count());
+        let mut domain_start = Vec::with_capacity(registry.domains().len() + 1);
+        let mut names = HashMap::default();
+        // Per tool: (term, field) counts, and per field the tool's length in terms.
+        let mut docs: Vec<Document> = Vec::with_capacity(registry.tool_count());
+
+        for (d, domain) in registry.domains().iter().enumerate() {
+            domain_start.push(tool_domain.len() as u32);
+            for (t, tool) in domain.tools.iter().enumerate() {
+                names.insert(tool.name.to_lowercase(), tool_domain.len() as u32);
+                tool_domain.push(d as u32);
+                let fields = tool_fields(registry, DomainId::at(d), t);
+                let mut occurrences = Vec::new();
+                let mut lengths = [0f32; 4];
+                for (f, text) in fields.iter().enumerate() {
+                    for w in analysis::words(text) {
+                        let term = *surface.entry(w.text.clone()).or_insert_with(|| {
+                            if analyzer.is_stop(&w.text) {
+                                return None;
+                            }
+                            let stem = analyzer.stem(&w.text).into_owned();
+                            let next = terms.len() as TermId;
+                            let id = *terms.entry(stem).or_insert(next);
+                            if id == next {
+                                term_words.push(w.text.clone());
+                            }
+                            Some(id)
+                        });
+                        if let Some(term) = term {
+                            occurrences.push((term, f));
+                            lengths[f] += 1.0;
+                        }
+                    }
+                }
+                occurrences.sort_unstable();
+                docs.push((occurrences, lengths));
+            }
+        }
+        domain_start.push(tool_domain.len() as u32);
+
+        let n = docs.len().max(1) as f32;
+        let mut avg = [0f32; 4];
+        for (_, lengths) in &docs {
+            for f in 0..4 {
+                avg[f] += lengths[f] / n;
+            }
+        }
+        // Per term: (tool, pseudo term frequency), in tool order.
+        let mut postings: Vec<Vec<(u32, f32)>> = vec![Vec::new(); terms.len()];
+        for (tool, (occurrences, lengths)) in docs.iter().enumerate() {
+            let norm: [f32; 4] = std::array::from_fn(|f| {
+                let rel = if avg[f] > 0.0 { lengths[f] / avg[f] } else { 0.0 };
+                1.0 - fields[f].b + fields[f].b * rel
+            });
+            let mut i = 0;
+            while i < occurrences.len() {
+                let term = occurrences[i].0;
+                let mut tf = 0.0;
+                while i < occurrences.len() && occurrences[i].0 == term {
+                    let f = occurrences[i].1;
+                    tf += fields[f].weight / norm[f];
+                    i += 1;
+                }
+                postings[term as usize].push((tool as u32, tf));
+            }
+        }
+        let mut post_start = Vec::with_capacity(terms.len() + 1);
+        let mut post_tool = Vec::new();
+        let mut post_weight = Vec::new();
+        let mut df = Vec::with_capacity(terms.len());
+        for list in &postings {
+            post_start.push(post_tool.len() as u32);
+            let n_t = list.len() as f32;
+            let idf = (1.0 + (n - n_t + 0.5) / (n_t + 0.5)).ln();
+            df.push(list.len() as u32);
+            for &(tool, tf) in list {
+                post_tool.push(tool);
+                post_weight.push(idf * tf * (k1 + 1.0) / (tf + k1));
+            }
+        }
+        post_start.push(post_tool.len() as u32);
+        let mut dom_post_start = Vec::with_capacity(terms.len() + 1);
+        let mut dom_post: Vec<DomainPosting> = Vec::new();
+        for term in 0..terms.len() {
+            let first = dom_post.len();
+            dom_post_start.push(first as u32);
+            for i in post_start[term]..post_start[term + 1] {
+                let domain = tool_domain[post_tool[i as usize] as usize];
+                let w = post_weight[i as usize];
+                match dom_post[first..].last_mut() {
+                    Some(p) if p.domain == domain && p.end == i => {
+                        p.max = p.max.max(w);
+                        p.end = i + 1;
+                    }
+                    _ => dom_post.push(DomainPosting {
+                        domain,
+                        max: w,
+                        start: i,
+                        end: i + 1,
+                    }),
+                }
+            }
+        }
+        dom_post_start.push(dom_post.len() as u32);
+        let max_domain_tools = domain_start
+            .windows(2)
+            .map(|w| (w[1] - w[0]) as usize)
+            .max()
+            .unwrap_or(0);
+        SearchIndex {
+            analyzer,
+            terms,
+            surface,
+            term_words,
+            post_start,
+            post_tool,
+            post_weight,
+            dom_post_start,
+            dom_post,
+            max_domain_tools,
+            df,
+            tool_domain,
+            domain_start,
+            names,
+        }
+    }
+}
