@@ -59,17 +59,6 @@ impl Fixture {
     }
 }
 
-/// v1 routing: keywords only.
-fn keywords_only() -> Options {
-    Options {
-        search: SearchOptions {
-            mode: SearchMode::Off,
-            ..SearchOptions::default()
-        },
-        ..Options::default()
-    }
-}
-
 fn fixture() -> Fixture {
     let registry = Registry::from_sources(MANIFESTS.iter().copied()).unwrap();
     let matcher = Matcher::new(registry.keywords(), MatchMode::Word).unwrap();
@@ -104,13 +93,15 @@ const ALL: FallbackPolicy = FallbackPolicy::AllActive;
 const CORE_ONLY: FallbackPolicy = FallbackPolicy::CoreOnly;
 type Members = &'static [(&'static str, bool, bool)];
 
+/// One rule: a turn and what it must get.
 struct Case {
     rule: &'static str,
     policy: FallbackPolicy,
+    mode: SearchMode,
     /// `None`: no conversation. Members are (domain, loaded, hit).
     conversation: Option<Members>,
     message: &'static str,
-    /// (domain, reason, matched keywords), in tool order.
+    /// (domain, reason, matched keywords or search terms), in tool order.
     domains: &'static [(&'static str, Reason, &'static [&'static str])],
     fallback: bool,
     new_hits: &'static [&'static str],
@@ -120,6 +111,7 @@ const CASES: &[Case] = &[
     Case {
         rule: "CORE: active core domains come in every answer, first",
         policy: CORE_ONLY,
+        mode: SearchMode::Off,
         conversation: None,
         message: "hello",
         domains: &[("base", Core, &[])],
@@ -129,6 +121,7 @@ const CASES: &[Case] = &[
     Case {
         rule: "HITS: an active non-core domain whose keyword is in the message",
         policy: ALL,
+        mode: SearchMode::Off,
         conversation: None,
         message: "play a movie",
         domains: &[("base", Core, &[]), ("media", Keyword, &["movie"])],
@@ -138,6 +131,7 @@ const CASES: &[Case] = &[
     Case {
         rule: "matched keywords are listed in manifest order, each once",
         policy: ALL,
+        mode: SearchMode::Off,
         conversation: None,
         message: "film, movie, films",
         domains: &[("base", Core, &[]), ("media", Keyword, &["movie", "film"])],
@@ -147,6 +141,7 @@ const CASES: &[Case] = &[
     Case {
         rule: "a core domain's keyword is never a hit, but it routes the message (no fallback)",
         policy: ALL,
+        mode: SearchMode::Off,
         conversation: None,
         message: "base",
         domains: &[("base", Core, &[])],
@@ -156,6 +151,7 @@ const CASES: &[Case] = &[
     Case {
         rule: "a core keyword hit in a conversation joins nothing",
         policy: ALL,
+        mode: SearchMode::Off,
         conversation: Some(&[]),
         message: "base",
         domains: &[("base", Core, &[])],
@@ -165,6 +161,7 @@ const CASES: &[Case] = &[
     Case {
         rule: "fallback all-active: core, then every active non-core fallback domain with tools, by name",
         policy: ALL,
+        mode: SearchMode::Off,
         conversation: None,
         message: "what can you do?",
         domains: &[
@@ -179,6 +176,7 @@ const CASES: &[Case] = &[
     Case {
         rule: "fallback core-only: only core (and loaded) domains",
         policy: CORE_ONLY,
+        mode: SearchMode::Off,
         conversation: None,
         message: "what can you do?",
         domains: &[("base", Core, &[])],
@@ -188,6 +186,7 @@ const CASES: &[Case] = &[
     Case {
         rule: "never while inactive: a keyword of an inactive domain is no hit",
         policy: CORE_ONLY,
+        mode: SearchMode::Off,
         conversation: None,
         message: "is it seeding?",
         domains: &[("base", Core, &[])],
@@ -197,6 +196,7 @@ const CASES: &[Case] = &[
     Case {
         rule: "never while inactive: not by load",
         policy: CORE_ONLY,
+        mode: SearchMode::Off,
         conversation: Some(&[("torrent", true, false)]),
         message: "hi",
         domains: &[("base", Core, &[])],
@@ -206,6 +206,7 @@ const CASES: &[Case] = &[
     Case {
         rule: "never while inactive: not by stickiness, and an inactive sticky domain does not stop the fallback",
         policy: ALL,
+        mode: SearchMode::Off,
         conversation: Some(&[("torrent", false, true)]),
         message: "hi",
         domains: &[
@@ -220,6 +221,7 @@ const CASES: &[Case] = &[
     Case {
         rule: "a domain without keywords is never a hit, even when the message names it",
         policy: CORE_ONLY,
+        mode: SearchMode::Off,
         conversation: None,
         message: "nokw n1",
         domains: &[("base", Core, &[])],
@@ -229,6 +231,7 @@ const CASES: &[Case] = &[
     Case {
         rule: "a hit domain without tools contributes no tools but still is a hit (no fallback)",
         policy: ALL,
+        mode: SearchMode::Off,
         conversation: Some(&[]),
         message: "empty",
         domains: &[("base", Core, &[])],
@@ -238,6 +241,7 @@ const CASES: &[Case] = &[
     Case {
         rule: "ordering without a conversation: core, then the other domains by name",
         policy: ALL,
+        mode: SearchMode::Off,
         conversation: None,
         message: "quiet light for the movie",
         domains: &[
@@ -252,6 +256,7 @@ const CASES: &[Case] = &[
     Case {
         rule: "HITS join the conversation; domains joining on the same turn by name",
         policy: ALL,
+        mode: SearchMode::Off,
         conversation: Some(&[]),
         message: "quiet light",
         domains: &[
@@ -265,6 +270,7 @@ const CASES: &[Case] = &[
     Case {
         rule: "STICKY: a domain hit on an earlier turn stays, and stops the fallback",
         policy: ALL,
+        mode: SearchMode::Off,
         conversation: Some(&[("media", false, true)]),
         message: "and now?",
         domains: &[("base", Core, &[]), ("media", Sticky, &[])],
@@ -274,6 +280,7 @@ const CASES: &[Case] = &[
     Case {
         rule: "ordering with a conversation: members in join order before this turn's new hits",
         policy: ALL,
+        mode: SearchMode::Off,
         conversation: Some(&[("quiet", false, true)]),
         message: "a movie",
         domains: &[
@@ -287,6 +294,7 @@ const CASES: &[Case] = &[
     Case {
         rule: "KEYWORD is the reason for a member hit again, in its join position; nothing new to record",
         policy: ALL,
+        mode: SearchMode::Off,
         conversation: Some(&[("quiet", false, true), ("media", false, true)]),
         message: "quiet movie",
         domains: &[
@@ -300,6 +308,7 @@ const CASES: &[Case] = &[
     Case {
         rule: "LOADED: a loaded group comes in with the fallback, before the fallback domains, not twice",
         policy: ALL,
+        mode: SearchMode::Off,
         conversation: Some(&[("lights", true, false)]),
         message: "hi",
         domains: &[
@@ -314,6 +323,7 @@ const CASES: &[Case] = &[
     Case {
         rule: "LOADED with core-only fallback: core and loaded",
         policy: CORE_ONLY,
+        mode: SearchMode::Off,
         conversation: Some(&[("quiet", true, false)]),
         message: "hi",
         domains: &[("base", Core, &[]), ("quiet", Loaded, &[])],
@@ -323,6 +333,7 @@ const CASES: &[Case] = &[
     Case {
         rule: "LOADED comes in beside hits too; KEYWORD outranks LOADED; a loaded member that is hit is recorded as hit",
         policy: ALL,
+        mode: SearchMode::Off,
         conversation: Some(&[("quiet", true, false), ("media", true, false)]),
         message: "movie",
         domains: &[
@@ -336,6 +347,7 @@ const CASES: &[Case] = &[
     Case {
         rule: "LOADED outranks STICKY",
         policy: ALL,
+        mode: SearchMode::Off,
         conversation: Some(&[("media", true, true)]),
         message: "hi",
         domains: &[("base", Core, &[]), ("media", Loaded, &[])],
@@ -345,6 +357,7 @@ const CASES: &[Case] = &[
     Case {
         rule: "fallback domains do not join the conversation",
         policy: ALL,
+        mode: SearchMode::Off,
         conversation: Some(&[]),
         message: "hello",
         domains: &[
@@ -359,6 +372,7 @@ const CASES: &[Case] = &[
     Case {
         rule: "a member whose domain no longer exists is skipped",
         policy: CORE_ONLY,
+        mode: SearchMode::Off,
         conversation: Some(&[("gone", true, true)]),
         message: "hello",
         domains: &[("base", Core, &[])],
@@ -367,26 +381,39 @@ const CASES: &[Case] = &[
     },
 ];
 
-#[test]
-fn every_routing_rule_holds() {
-    let f = fixture();
-    for case in CASES {
-        let options = Options {
+/// Routes each case's turn and compares every domain, reason, matched keyword or search
+/// term, the fallback flag and the new hits.
+fn check(f: &Fixture, cases: &[Case]) {
+    for case in cases {
+        let mut options = Options {
             fallback: case.policy,
-            ..keywords_only()
+            ..Options::default()
         };
+        options.search.mode = case.mode;
         let c = case.conversation.map(conv);
         let d = f.route(c.as_ref(), case.message, &options);
-        let got: Vec<(&str, Reason, Vec<&str>)> = d
+        let got: Vec<(&str, Reason, Vec<String>)> = d
             .domains
             .iter()
             .map(|i| {
-                let kws = d.matched(i).iter().map(|&k| f.registry.keyword(k)).collect();
-                (f.registry.domain(i.domain).name.as_str(), i.reason, kws)
+                let mut matched: Vec<String> = d
+                    .matched(i)
+                    .iter()
+                    .map(|&k| f.registry.keyword(k).to_string())
+                    .collect();
+                if i.reason == Search {
+                    let hit = d.search_hit(i.domain).expect("a search domain has its hit");
+                    assert!(hit.score > 0.0, "rule: {}", case.rule);
+                    matched = hit.terms.clone();
+                }
+                (f.registry.domain(i.domain).name.as_str(), i.reason, matched)
             })
             .collect();
-        let want: Vec<(&str, Reason, Vec<&str>)> =
-            case.domains.iter().map(|&(n, r, k)| (n, r, k.to_vec())).collect();
+        let want: Vec<(&str, Reason, Vec<String>)> = case
+            .domains
+            .iter()
+            .map(|&(n, r, k)| (n, r, k.iter().map(|s| s.to_string()).collect()))
+            .collect();
         assert_eq!(got, want, "rule: {}", case.rule);
         assert_eq!(d.fallback, case.fallback, "fallback flag; rule: {}", case.rule);
         let new: Vec<&str> = d
@@ -396,6 +423,11 @@ fn every_routing_rule_holds() {
             .collect();
         assert_eq!(new, case.new_hits, "new hits; rule: {}", case.rule);
     }
+}
+
+#[test]
+fn every_routing_rule_holds() {
+    check(&fixture(), CASES);
 }
 
 /// A registry whose tools say what they do, for the search rules: `system` core; `climate`,
@@ -445,17 +477,6 @@ fn search_fixture() -> Fixture {
     }
 }
 
-struct SearchCase {
-    rule: &'static str,
-    mode: SearchMode,
-    conversation: Option<Members>,
-    message: &'static str,
-    /// Domain, reason, and the matched keywords or search terms.
-    domains: &'static [(&'static str, Reason, &'static [&'static str])],
-    fallback: bool,
-    new_hits: &'static [&'static str],
-}
-
 const ACTIVE_FALLBACK: &[(&str, Reason, &[&str])] = &[
     ("system", Core, &[]),
     ("climate", Fallback, &[]),
@@ -464,9 +485,10 @@ const ACTIVE_FALLBACK: &[(&str, Reason, &[&str])] = &[
     ("media", Fallback, &[]),
 ];
 
-const SEARCH_CASES: &[SearchCase] = &[
-    SearchCase {
+const SEARCH_CASES: &[Case] = &[
+    Case {
         rule: "search finds a domain whose keywords the message does not say",
+        policy: ALL,
         mode: SearchMode::Augment,
         conversation: None,
         message: "turn the heating up a bit",
@@ -474,8 +496,9 @@ const SEARCH_CASES: &[SearchCase] = &[
         fallback: false,
         new_hits: &[],
     },
-    SearchCase {
+    Case {
         rule: "each clause of a multi-request message finds its own domain",
+        policy: ALL,
         mode: SearchMode::Augment,
         conversation: None,
         message: "pause the film and dim the hallway",
@@ -488,8 +511,9 @@ const SEARCH_CASES: &[SearchCase] = &[
         fallback: false,
         new_hits: &[],
     },
-    SearchCase {
+    Case {
         rule: "search hits join keyword hits; a keyword hit keeps reason KEYWORD",
+        policy: ALL,
         mode: SearchMode::Augment,
         conversation: None,
         message: "play the movie, then set the heating to 20 degrees",
@@ -501,8 +525,9 @@ const SEARCH_CASES: &[SearchCase] = &[
         fallback: false,
         new_hits: &[],
     },
-    SearchCase {
+    Case {
         rule: "an inactive domain is never a search hit, and weaker domains do not take its place",
+        policy: ALL,
         mode: SearchMode::Augment,
         conversation: None,
         message: "why do I still see ads on my phone?",
@@ -510,8 +535,9 @@ const SEARCH_CASES: &[SearchCase] = &[
         fallback: true,
         new_hits: &[],
     },
-    SearchCase {
+    Case {
         rule: "a segment about a core domain gives no search hit",
+        policy: ALL,
         mode: SearchMode::Augment,
         conversation: None,
         message: "how much disk space is free on the server",
@@ -519,8 +545,9 @@ const SEARCH_CASES: &[SearchCase] = &[
         fallback: true,
         new_hits: &[],
     },
-    SearchCase {
+    Case {
         rule: "small talk has no search hit",
+        policy: ALL,
         mode: SearchMode::Augment,
         conversation: None,
         message: "ok, thanks! do it please",
@@ -528,8 +555,9 @@ const SEARCH_CASES: &[SearchCase] = &[
         fallback: true,
         new_hits: &[],
     },
-    SearchCase {
+    Case {
         rule: "search off is keyword routing",
+        policy: ALL,
         mode: SearchMode::Off,
         conversation: None,
         message: "turn the heating up a bit",
@@ -537,8 +565,9 @@ const SEARCH_CASES: &[SearchCase] = &[
         fallback: true,
         new_hits: &[],
     },
-    SearchCase {
+    Case {
         rule: "search fallback runs only when nothing else routed the message",
+        policy: ALL,
         mode: SearchMode::Fallback,
         conversation: None,
         message: "play the movie, then set the heating to 20 degrees",
@@ -546,8 +575,9 @@ const SEARCH_CASES: &[SearchCase] = &[
         fallback: false,
         new_hits: &[],
     },
-    SearchCase {
+    Case {
         rule: "search fallback routes a message nothing else routed",
+        policy: ALL,
         mode: SearchMode::Fallback,
         conversation: None,
         message: "turn the heating up a bit",
@@ -555,8 +585,9 @@ const SEARCH_CASES: &[SearchCase] = &[
         fallback: false,
         new_hits: &[],
     },
-    SearchCase {
+    Case {
         rule: "search fallback does not run over a sticky conversation",
+        policy: ALL,
         mode: SearchMode::Fallback,
         conversation: Some(&[("media", false, true)]),
         message: "turn the heating up a bit",
@@ -564,8 +595,9 @@ const SEARCH_CASES: &[SearchCase] = &[
         fallback: false,
         new_hits: &[],
     },
-    SearchCase {
+    Case {
         rule: "a search hit joins the conversation like a keyword hit",
+        policy: ALL,
         mode: SearchMode::Augment,
         conversation: Some(&[("lights", true, false)]),
         message: "turn the heating up a bit",
@@ -577,8 +609,9 @@ const SEARCH_CASES: &[SearchCase] = &[
         fallback: false,
         new_hits: &["climate"],
     },
-    SearchCase {
+    Case {
         rule: "a domain hit by search earlier is sticky",
+        policy: ALL,
         mode: SearchMode::Augment,
         conversation: Some(&[("climate", false, true)]),
         message: "hi",
@@ -590,43 +623,7 @@ const SEARCH_CASES: &[SearchCase] = &[
 
 #[test]
 fn every_search_routing_rule_holds() {
-    let f = search_fixture();
-    for case in SEARCH_CASES {
-        let mut options = Options::default();
-        options.search.mode = case.mode;
-        let c = case.conversation.map(conv);
-        let d = f.route(c.as_ref(), case.message, &options);
-        let got: Vec<(&str, Reason, Vec<String>)> = d
-            .domains
-            .iter()
-            .map(|i| {
-                let mut matched: Vec<String> = d
-                    .matched(i)
-                    .iter()
-                    .map(|&k| f.registry.keyword(k).to_string())
-                    .collect();
-                if i.reason == Search {
-                    let hit = d.search_hit(i.domain).expect("a search domain has its hit");
-                    assert!(hit.score > 0.0, "rule: {}", case.rule);
-                    matched = hit.terms.clone();
-                }
-                (f.registry.domain(i.domain).name.as_str(), i.reason, matched)
-            })
-            .collect();
-        let want: Vec<(&str, Reason, Vec<String>)> = case
-            .domains
-            .iter()
-            .map(|&(n, r, k)| (n, r, k.iter().map(|s| s.to_string()).collect()))
-            .collect();
-        assert_eq!(got, want, "rule: {}", case.rule);
-        assert_eq!(d.fallback, case.fallback, "fallback flag; rule: {}", case.rule);
-        let new: Vec<&str> = d
-            .new_hits
-            .iter()
-            .map(|&h| f.registry.domain(h).name.as_str())
-            .collect();
-        assert_eq!(new, case.new_hits, "new hits; rule: {}", case.rule);
-    }
+    check(&search_fixture(), SEARCH_CASES);
 }
 
 #[test]
