@@ -1,13 +1,14 @@
-//! The CLI binary itself.
+//! The CLI binary itself: `check` on manifest folders, exit codes, configuration layers,
+//! `health`, `eval` and `keywords suggest`.
 
-use std::process::Command;
+use std::path::{Path, PathBuf};
 
-use crate::helpers::{manifest_dir, temp_dir};
+use serde_json::Value;
 
-const BIN: &str = env!("CARGO_BIN_EXE_toolrouter");
+use crate::helpers::{json_of, manifest_dir, run, run_with_env, shown, spawn_app, temp_dir};
 
-#[test]
-fn check_on_a_broken_manifest_folder_exits_2_and_names_the_file() {
+#[tokio::test]
+async fn check_on_a_broken_manifest_folder_exits_2_and_names_the_file() {
     let dir = temp_dir();
     let folder = manifest_dir(
         dir.path(),
@@ -20,8 +21,8 @@ fn check_on_a_broken_manifest_folder_exits_2_and_names_the_file() {
             ("bad.json", "{\"name\": \"bad\",\n \"tools\": [}\n"),
         ],
     );
-    let out = Command::new(BIN).arg("check").arg(&folder).output().unwrap();
-    assert_eq!(out.status.code(), Some(2));
+    let out = run(dir.path(), &["check", folder.to_str().unwrap()]).await;
+    assert_eq!(out.status.code(), Some(2), "{}", shown(&out));
     let stderr = String::from_utf8_lossy(&out.stderr);
     let bad = folder.join("bad.json").display().to_string();
     assert!(
@@ -31,8 +32,8 @@ fn check_on_a_broken_manifest_folder_exits_2_and_names_the_file() {
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
 
-#[test]
-fn check_on_a_valid_folder_prints_a_summary_and_exits_0() {
+#[tokio::test]
+async fn check_on_a_valid_folder_prints_a_summary_and_exits_0() {
     let dir = temp_dir();
     let folder = manifest_dir(
         dir.path(),
@@ -42,29 +43,19 @@ fn check_on_a_valid_folder_prints_a_summary_and_exits_0() {
             r#"{"name":"a","keywords":["x","y"],"tools":[{"name":"t","description":"T"}]}"#,
         )],
     );
-    let out = Command::new(BIN).arg("check").arg(&folder).output().unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = run(dir.path(), &["check", folder.to_str().unwrap()]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", shown(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("1 domains, 1 tools, 2 keywords"), "{stdout}");
 }
 
-#[test]
-fn a_wrong_flag_exits_2_and_an_unreachable_daemon_exits_1_with_one_line() {
-    let out = Command::new(BIN)
-        .args(["route", "--no-such-flag", "hi"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let out = Command::new(BIN)
-        .args(["groups", "--addr", "http://127.0.0.1:1"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
+#[tokio::test]
+async fn a_wrong_flag_exits_2_and_an_unreachable_daemon_exits_1_with_one_line() {
+    let dir = temp_dir();
+    let out = run(dir.path(), &["route", "--no-such-flag", "hi"]).await;
+    assert_eq!(out.status.code(), Some(2), "{}", shown(&out));
+    let out = run(dir.path(), &["groups", "--addr", "http://127.0.0.1:1"]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", shown(&out));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.starts_with("error: cannot reach the daemon at http://127.0.0.1:1"),
@@ -73,8 +64,8 @@ fn a_wrong_flag_exits_2_and_an_unreachable_daemon_exits_1_with_one_line() {
     assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
 }
 
-#[test]
-fn configuration_layers_apply_defaults_then_file_then_environment_then_flags() {
+#[tokio::test]
+async fn configuration_layers_apply_defaults_then_file_then_environment_then_flags() {
     let dir = temp_dir();
     let file = dir.path().join("c.toml");
     std::fs::write(
@@ -82,21 +73,23 @@ fn configuration_layers_apply_defaults_then_file_then_environment_then_flags() {
         "settings_ttl = \"3s\"\nfallback = \"core-only\"\nmax_message_bytes = 100\n",
     )
     .unwrap();
-    let out = Command::new(BIN)
-        .args(["serve", "--print-config", "--config"])
-        .arg(&file)
-        .args(["--max-message-bytes", "300"])
-        .env("TOOLROUTER_FALLBACK", "all-active")
-        .env("TOOLROUTER_MAX_MESSAGE_BYTES", "200")
-        .env_remove("TOOLROUTER_SETTINGS_TTL")
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = run_with_env(
+        dir.path(),
+        &[
+            "serve",
+            "--print-config",
+            "--config",
+            file.to_str().unwrap(),
+            "--max-message-bytes",
+            "300",
+        ],
+        &[
+            ("TOOLROUTER_FALLBACK", "all-active"),
+            ("TOOLROUTER_MAX_MESSAGE_BYTES", "200"),
+        ],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", shown(&out));
     let printed = String::from_utf8_lossy(&out.stdout);
     for line in [
         "listen = \"127.0.0.1:50051\"", // default
@@ -112,42 +105,32 @@ fn configuration_layers_apply_defaults_then_file_then_environment_then_flags() {
     }
 }
 
-#[test]
-fn a_bad_config_file_exits_2_naming_the_key() {
+#[tokio::test]
+async fn a_bad_config_file_exits_2_naming_the_key() {
     let dir = temp_dir();
     let file = dir.path().join("c.toml");
     std::fs::write(&file, "fallbak = \"core-only\"\n").unwrap();
-    let out = Command::new(BIN)
-        .args(["serve", "--print-config", "--config"])
-        .arg(&file)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
+    let out = run(
+        dir.path(),
+        &["serve", "--print-config", "--config", file.to_str().unwrap()],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(2), "{}", shown(&out));
     assert!(String::from_utf8_lossy(&out.stderr).contains("fallbak"));
 }
 
 #[tokio::test]
 async fn health_exits_0_and_prints_serving_against_a_running_daemon() {
-    let dir = temp_dir();
-    let app = crate::helpers::spawn_app(crate::helpers::config(dir.path())).await;
+    let app = spawn_app().await;
     let addr = format!("http://{}", app.addr);
-    let out = tokio::process::Command::new(BIN)
-        .args(["health", "--addr", &addr])
-        .output()
-        .await
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = run(app.dir(), &["health", "--addr", &addr]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", shown(&out));
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "SERVING");
     app.stop().await;
 }
 
 /// Two small domains whose tools say what they do, and labelled messages over them.
-fn eval_fixture(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
+fn eval_fixture(dir: &Path) -> (PathBuf, PathBuf) {
     let folder = manifest_dir(
         dir,
         "eval",
@@ -181,25 +164,33 @@ fn eval_fixture(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBu
     (folder, queries)
 }
 
-#[test]
-fn eval_reports_each_split_and_ends_with_one_json_line() {
+/// `eval` of `queries` over the manifests in `folder` with `--search search`: its stdout and
+/// the JSON report on its last line.
+async fn evaluate(dir: &Path, folder: &Path, queries: &Path, search: &str) -> (String, Value) {
+    let out = run(
+        dir,
+        &[
+            "eval",
+            "--manifests",
+            folder.to_str().unwrap(),
+            "--queries",
+            queries.to_str().unwrap(),
+            "--search",
+            search,
+        ],
+    )
+    .await;
+    assert!(out.status.success(), "{}", shown(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let last: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    (stdout, last)
+}
+
+#[tokio::test]
+async fn eval_reports_each_split_and_ends_with_one_json_line() {
     let dir = temp_dir();
     let (folder, queries) = eval_fixture(dir.path());
-    let run = |search: &str| {
-        let out = Command::new(BIN)
-            .args(["eval", "--manifests"])
-            .arg(&folder)
-            .arg("--queries")
-            .arg(&queries)
-            .args(["--search", search])
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-        let last: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
-        (stdout, last)
-    };
-    let (table, report) = run("augment");
+    let (table, report) = evaluate(dir.path(), &folder, &queries, "augment").await;
     assert!(table.contains("SPLIT") && table.contains("overall"), "{table}");
     // "turn the heating up" says no keyword: search finds climate; "hello" falls back to all.
     assert_eq!(report["splits"]["a"]["strict_recall"], 1.0);
@@ -212,7 +203,7 @@ fn eval_reports_each_split_and_ends_with_one_json_line() {
     assert_eq!(report["overall"]["tools_sent"], 7.0 / 3.0);
     assert_eq!(report["overall"]["cost_ratio"], 7.0 / 5.0);
 
-    let (_, keywords_only) = run("off");
+    let (_, keywords_only) = evaluate(dir.path(), &folder, &queries, "off").await;
     assert_eq!(
         keywords_only["splits"]["a"]["strict_recall"], 1.0,
         "the fallback sent climate"
@@ -220,8 +211,8 @@ fn eval_reports_each_split_and_ends_with_one_json_line() {
     assert_eq!(keywords_only["splits"]["a"]["fallback_rate"], 0.5);
 }
 
-#[test]
-fn eval_names_a_bad_labelled_line() {
+#[tokio::test]
+async fn eval_names_a_bad_labelled_line() {
     let dir = temp_dir();
     let (folder, _) = eval_fixture(dir.path());
     let bad = dir.path().join("bad.jsonl");
@@ -230,29 +221,33 @@ fn eval_names_a_bad_labelled_line() {
         "{\"query\":\"x\",\"domains\":[\"climate\"]}\n{\"query\": 3}\n",
     )
     .unwrap();
-    let out = Command::new(BIN)
-        .args(["eval", "--manifests"])
-        .arg(&folder)
-        .arg("--queries")
-        .arg(&bad)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
+    let out = run(
+        dir.path(),
+        &[
+            "eval",
+            "--manifests",
+            folder.to_str().unwrap(),
+            "--queries",
+            bad.to_str().unwrap(),
+        ],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(2), "{}", shown(&out));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains(&format!("{}:2:", bad.display())), "{stderr}");
 }
 
-#[test]
-fn keywords_suggest_proposes_words_the_keywords_do_not_cover() {
+#[tokio::test]
+async fn keywords_suggest_proposes_words_the_keywords_do_not_cover() {
     let dir = temp_dir();
     let (folder, _) = eval_fixture(dir.path());
-    let out = Command::new(BIN)
-        .args(["keywords", "suggest", "--json"])
-        .arg(&folder)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let out = run(
+        dir.path(),
+        &["keywords", "suggest", "--json", folder.to_str().unwrap()],
+    )
+    .await;
+    assert!(out.status.success(), "{}", shown(&out));
+    let v = json_of(&out);
     let climate = &v["domains"][0];
     assert_eq!(climate["domain"], "climate");
     let terms: Vec<&str> = climate["suggestions"]

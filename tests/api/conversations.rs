@@ -1,24 +1,26 @@
-use tonic::Code;
-use toolrouter::proto::ResetConversationRequest;
+//! Conversations: keyword hits that stick in join order, loads that survive a restart, reset,
+//! the conversation TTL, writes only on change, and loads racing evictions of a tiny cache.
 
-use crate::helpers::{config, decisions, spawn_app, temp_dir};
+use std::time::Duration;
+
+use tonic::Code;
+
+use crate::helpers::{
+    TestApp, TestAppBuilder, WriteLock, decisions, load_request, reasons, route_request, spawn_app,
+};
 
 #[tokio::test]
 async fn keyword_hits_stick_to_the_conversation_in_join_order() {
-    let dir = temp_dir();
-    let mut app = spawn_app(config(dir.path())).await;
+    let mut app = spawn_app().await;
     for key in ["sonarr_url", "radarr_url", "qbittorrent_url"] {
         app.set(key, "x").await;
     }
-    let names = |r: &toolrouter::proto::RouteResponse| -> Vec<(String, &'static str)> {
-        decisions(r).into_iter().map(|(d, why, _)| (d, why)).collect()
-    };
     let t1 = app.route("add the movie", "c1").await;
-    assert_eq!(names(&t1)[1..], [("radarr".into(), "REASON_KEYWORD")]);
+    assert_eq!(reasons(&t1)[1..], [("radarr".into(), "REASON_KEYWORD")]);
     // Joined on the same turn: by name.
     let t2 = app.route("torrent of the next episode", "c1").await;
     assert_eq!(
-        names(&t2)[1..],
+        reasons(&t2)[1..],
         [
             ("radarr".into(), "REASON_STICKY"),
             ("qbittorrent".into(), "REASON_KEYWORD"),
@@ -29,7 +31,7 @@ async fn keyword_hits_stick_to_the_conversation_in_join_order() {
     let t3 = app.route("thanks!", "c1").await;
     assert!(!t3.fallback);
     assert_eq!(
-        names(&t3)[1..],
+        reasons(&t3)[1..],
         [
             ("radarr".into(), "REASON_STICKY"),
             ("qbittorrent".into(), "REASON_STICKY"),
@@ -43,16 +45,13 @@ async fn keyword_hits_stick_to_the_conversation_in_join_order() {
 
 #[tokio::test]
 async fn a_conversations_groups_survive_a_server_restart_on_the_same_database() {
-    let dir = temp_dir();
-    let c = config(dir.path());
-    let mut app = spawn_app(c.clone()).await;
+    let mut app = spawn_app().await;
     app.set("sonarr_url", "x").await;
     app.set("radarr_url", "x").await;
     app.load("c1", "sonarr").await.unwrap();
     app.route("a movie please", "c1").await;
-    app.stop().await;
 
-    let mut again = spawn_app(c).await;
+    let mut again = app.restart().await;
     assert!(again.load("c1", "sonarr").await.unwrap().already_loaded);
     let r = again.route("hello", "c1").await;
     assert_eq!(
@@ -67,30 +66,13 @@ async fn a_conversations_groups_survive_a_server_restart_on_the_same_database() 
 
 #[tokio::test]
 async fn reset_forgets_a_conversation_and_an_empty_id_is_invalid() {
-    let dir = temp_dir();
-    let mut app = spawn_app(config(dir.path())).await;
+    let mut app = spawn_app().await;
     app.set("sonarr_url", "x").await;
     app.load("c1", "sonarr").await.unwrap();
-    app.client
-        .reset_conversation(ResetConversationRequest {
-            conversation_id: "c1".into(),
-        })
-        .await
-        .unwrap();
+    app.reset("c1").await.unwrap();
     assert!(!app.load("c1", "sonarr").await.unwrap().already_loaded);
-    app.client
-        .reset_conversation(ResetConversationRequest {
-            conversation_id: "never-seen".into(),
-        })
-        .await
-        .unwrap();
-    let err = app
-        .client
-        .reset_conversation(ResetConversationRequest {
-            conversation_id: " ".into(),
-        })
-        .await
-        .unwrap_err();
+    app.reset("never-seen").await.unwrap();
+    let err = app.reset(" ").await.unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument);
     assert_eq!(err.message(), "Required parameter 'conversation_id' is missing.");
     app.stop().await;
@@ -98,21 +80,20 @@ async fn reset_forgets_a_conversation_and_an_empty_id_is_invalid() {
 
 #[tokio::test]
 async fn an_idle_conversation_is_forgotten_after_the_conversation_ttl() {
-    let dir = temp_dir();
-    let mut c = config(dir.path());
-    c.conversation_ttl = std::time::Duration::from_millis(300);
-    let mut app = spawn_app(c).await;
+    let mut app = TestApp::builder()
+        .config(|c| c.conversation_ttl = Duration::from_millis(300))
+        .spawn()
+        .await;
     app.set("sonarr_url", "x").await;
     app.load("c1", "sonarr").await.unwrap();
-    tokio::time::sleep(std::time::Duration::from_millis(700)).await;
+    tokio::time::sleep(Duration::from_millis(700)).await;
     assert!(!app.load("c1", "sonarr").await.unwrap().already_loaded);
     app.stop().await;
 }
 
 #[tokio::test]
 async fn a_route_that_changes_nothing_writes_nothing() {
-    let dir = temp_dir();
-    let mut app = spawn_app(config(dir.path())).await;
+    let mut app = spawn_app().await;
     app.set("sonarr_url", "x").await;
     app.route("hello", "quiet-conv").await;
     assert_eq!(app.ui.load_conversation("quiet-conv").await.unwrap(), None);
@@ -128,46 +109,29 @@ async fn a_route_that_changes_nothing_writes_nothing() {
 }
 
 /// A conversation cache too small for even one conversation: every entry is evicted at once.
-fn tiny_cache(dir: &std::path::Path) -> toolrouter::config::Config {
-    toolrouter::config::Config {
-        conversation_cache_bytes: 1,
-        busy_timeout: std::time::Duration::from_secs(30),
-        ..config(dir)
-    }
+fn tiny_cache() -> TestAppBuilder {
+    TestApp::builder().config(|c| {
+        c.conversation_cache_bytes = 1;
+        c.busy_timeout = Duration::from_secs(30);
+    })
 }
 
 #[tokio::test]
 async fn a_load_acknowledged_while_its_conversation_was_evicted_is_visible_to_every_later_route() {
-    let dir = temp_dir();
-    let mut app = spawn_app(tiny_cache(dir.path())).await;
+    let mut app = tiny_cache().spawn().await;
     app.set("sonarr_url", "x").await;
     // A settings UI holds the write lock: the load waits in its commit, holding its entry.
-    let lock = crate::helpers::WriteLock::take(dir.path()).await;
+    let lock = WriteLock::take(app.dir()).await;
     let mut loader = app.client.clone();
-    let load = tokio::spawn(async move {
-        loader
-            .load_tool_group(toolrouter::proto::LoadToolGroupRequest {
-                conversation_id: "c1".into(),
-                group_name: "sonarr".into(),
-            })
-            .await
-    });
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let load = tokio::spawn(async move { loader.load_tool_group(load_request("c1", "sonarr")).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
     // Other conversations churn the cache meanwhile, and a turn of c1 arrives.
     for n in 0..200 {
         app.route("thanks", &format!("other-{n}")).await;
     }
     let mut router = app.client.clone();
-    let during = tokio::spawn(async move {
-        router
-            .route(toolrouter::proto::RouteRequest {
-                message: "thanks".into(),
-                conversation_id: "c1".into(),
-                ..Default::default()
-            })
-            .await
-    });
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let during = tokio::spawn(async move { router.route(route_request("thanks", "c1")).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
     lock.release().await;
     load.await.unwrap().expect("the load is acknowledged");
     during
@@ -189,8 +153,7 @@ async fn a_load_acknowledged_while_its_conversation_was_evicted_is_visible_to_ev
 
 #[tokio::test]
 async fn concurrent_loads_under_a_full_cache_are_each_visible_to_the_next_route() {
-    let dir = temp_dir();
-    let mut app = spawn_app(tiny_cache(dir.path())).await;
+    let mut app = tiny_cache().spawn().await;
     for key in ["sonarr_url", "radarr_url", "qbittorrent_url"] {
         app.set(key, "x").await;
     }
@@ -204,18 +167,11 @@ async fn concurrent_loads_under_a_full_cache_are_each_visible_to_the_next_route(
                 let conversation_id = format!("c{}-{n}", w / 2);
                 let group = ["sonarr", "radarr", "qbittorrent"][w % 3];
                 client
-                    .load_tool_group(toolrouter::proto::LoadToolGroupRequest {
-                        conversation_id: conversation_id.clone(),
-                        group_name: group.into(),
-                    })
+                    .load_tool_group(load_request(&conversation_id, group))
                     .await
                     .unwrap();
                 let r = client
-                    .route(toolrouter::proto::RouteRequest {
-                        message: "thanks".into(),
-                        conversation_id: conversation_id.clone(),
-                        ..Default::default()
-                    })
+                    .route(route_request("thanks", &conversation_id))
                     .await
                     .unwrap()
                     .into_inner();

@@ -6,14 +6,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use tonic::Code;
-use toolrouter::db::Db;
-use toolrouter::proto::{InvalidateSettingsRequest, ListGroupsRequest};
 
-use crate::helpers::{TestApp, WriteLock, config, decisions, spawn_app, temp_dir};
-
-fn db_path(dir: &Path) -> PathBuf {
-    dir.join("toolrouter.db")
-}
+use crate::helpers::{
+    TestApp, WriteLock, db_path, decisions, routed, set_settings, spawn_app, stored_members,
+};
 
 /// Removes the database file and its WAL companions, as `rm toolrouter.db*` would.
 fn delete_database(dir: &Path) {
@@ -24,34 +20,11 @@ fn delete_database(dir: &Path) {
     }
 }
 
-/// A fresh database at the usual path with these settings, written by another connection.
-async fn recreate_database(dir: &Path, settings: &[(&str, &str)]) {
-    let db = Db::connect(&format!("sqlite://{}", db_path(dir).display()))
-        .await
-        .unwrap();
-    for (k, v) in settings {
-        db.set_setting(k, v).await.unwrap();
-    }
-    db.close().await;
-}
-
-async fn invalidate(app: &mut TestApp) -> Result<Vec<String>, tonic::Status> {
-    app.client
-        .invalidate_settings(InvalidateSettingsRequest {})
-        .await
-        .map(|r| r.into_inner().active_domains)
-}
-
-fn routed(r: &toolrouter::proto::RouteResponse) -> Vec<String> {
-    decisions(r).into_iter().map(|(d, _, _)| d).collect()
-}
-
 #[tokio::test]
 async fn a_deleted_database_keeps_routing_refuses_writes_and_recovers_when_it_returns() {
-    let dir = temp_dir();
-    let mut app = spawn_app(config(dir.path())).await;
+    let mut app = spawn_app().await;
     app.set("sonarr_url", "x").await;
-    delete_database(dir.path());
+    delete_database(app.dir());
 
     // Routing goes on from the last good settings.
     assert_eq!(routed(&app.route("next episode", "").await), ["system", "sonarr"]);
@@ -60,17 +33,11 @@ async fn a_deleted_database_keeps_routing_refuses_writes_and_recovers_when_it_re
         ["system", "sonarr"],
         "a conversation that cannot be read still gets an answer"
     );
-    let groups = app.client.list_groups(ListGroupsRequest {}).await.unwrap();
-    assert!(
-        groups
-            .into_inner()
-            .groups
-            .iter()
-            .any(|g| g.name == "sonarr" && g.active)
-    );
+    let groups = app.list_groups().await.unwrap();
+    assert!(groups.groups.iter().any(|g| g.name == "sonarr" && g.active));
 
     // What cannot be done says why.
-    let err = invalidate(&mut app).await.unwrap_err();
+    let err = app.invalidate().await.unwrap_err();
     assert_eq!(err.code(), Code::Unavailable);
     assert!(
         err.message().contains("cannot read the settings table"),
@@ -90,16 +57,16 @@ async fn a_deleted_database_keeps_routing_refuses_writes_and_recovers_when_it_re
     );
 
     // A new file at the path: the daemon reopens it and serves what it holds.
-    recreate_database(dir.path(), &[("radarr_url", "y")]).await;
-    assert_eq!(invalidate(&mut app).await.unwrap(), ["radarr", "system"]);
+    set_settings(app.dir(), &[("radarr_url", "y")]).await;
+    assert_eq!(
+        app.invalidate().await.unwrap().active_domains,
+        ["radarr", "system"]
+    );
     let loaded = app.load("c2", "radarr").await.unwrap();
     assert!(!loaded.already_loaded);
-    app.stop().await;
+    let dir = app.stop().await;
 
-    let db = Db::connect(&format!("sqlite://{}", db_path(dir.path()).display()))
-        .await
-        .unwrap();
-    let (_, members) = db.load_conversation("c2").await.unwrap().expect("persisted");
+    let members = stored_members(dir.path(), "c2").await.expect("persisted");
     assert!(
         members.iter().any(|m| m.domain == "radarr" && m.loaded),
         "{members:?}"
@@ -108,16 +75,15 @@ async fn a_deleted_database_keeps_routing_refuses_writes_and_recovers_when_it_re
 
 #[tokio::test]
 async fn a_corrupt_replacement_is_unavailable_with_the_cause_until_a_good_file_returns() {
-    let dir = temp_dir();
-    let mut app = spawn_app(config(dir.path())).await;
+    let mut app = spawn_app().await;
     app.set("sonarr_url", "x").await;
     // Replaced, as a restore from a bad backup would: a new file at the same path.
-    delete_database(dir.path());
-    let tmp = dir.path().join("garbage");
+    delete_database(app.dir());
+    let tmp = app.dir().join("garbage");
     std::fs::write(&tmp, vec![0x5a_u8; 64 * 1024]).unwrap();
-    std::fs::rename(&tmp, db_path(dir.path())).unwrap();
+    std::fs::rename(&tmp, app.db_path()).unwrap();
 
-    let err = invalidate(&mut app).await.unwrap_err();
+    let err = app.invalidate().await.unwrap_err();
     assert_eq!(err.code(), Code::Unavailable);
     assert!(err.message().contains("not a database"), "{}", err.message());
     assert_eq!(routed(&app.route("next episode", "").await), ["system", "sonarr"]);
@@ -126,10 +92,10 @@ async fn a_corrupt_replacement_is_unavailable_with_the_cause_until_a_good_file_r
         Code::Unavailable
     );
 
-    delete_database(dir.path());
-    recreate_database(dir.path(), &[("sonarr_url", "x"), ("docker_host", "d")]).await;
+    delete_database(app.dir());
+    set_settings(app.dir(), &[("sonarr_url", "x"), ("docker_host", "d")]).await;
     assert_eq!(
-        invalidate(&mut app).await.unwrap(),
+        app.invalidate().await.unwrap().active_domains,
         ["docker", "sonarr", "system"]
     );
     assert!(app.load("c1", "sonarr").await.is_ok());
@@ -138,19 +104,14 @@ async fn a_corrupt_replacement_is_unavailable_with_the_cause_until_a_good_file_r
 
 #[tokio::test]
 async fn settings_are_retried_each_ttl_and_recover_without_an_invalidation() {
-    let dir = temp_dir();
     let ttl = Duration::from_millis(200);
-    let mut app = spawn_app(toolrouter::config::Config {
-        settings_ttl: ttl,
-        ..config(dir.path())
-    })
-    .await;
+    let mut app = TestApp::builder().config(|c| c.settings_ttl = ttl).spawn().await;
     app.set("sonarr_url", "x").await;
-    delete_database(dir.path());
+    delete_database(app.dir());
     tokio::time::sleep(ttl * 2).await;
     // The due re-read fails; the last good settings serve.
     assert_eq!(routed(&app.route("next episode", "").await), ["system", "sonarr"]);
-    recreate_database(dir.path(), &[("radarr_url", "y")]).await;
+    set_settings(app.dir(), &[("radarr_url", "y")]).await;
     // Within a few TTLs the daemon has read the new file by itself.
     let mut seen = Vec::new();
     for _ in 0..50 {
@@ -166,15 +127,13 @@ async fn settings_are_retried_each_ttl_and_recover_without_an_invalidation() {
 
 #[tokio::test]
 async fn a_write_locked_past_the_busy_timeout_is_unavailable_and_then_succeeds() {
-    let dir = temp_dir();
-    let mut app = spawn_app(toolrouter::config::Config {
-        busy_timeout: Duration::from_millis(200),
-        ..config(dir.path())
-    })
-    .await;
+    let mut app = TestApp::builder()
+        .config(|c| c.busy_timeout = Duration::from_millis(200))
+        .spawn()
+        .await;
     app.set("sonarr_url", "x").await;
     // Another program holds the write lock.
-    let lock = WriteLock::take(dir.path()).await;
+    let lock = WriteLock::take(app.dir()).await;
 
     let err = app.load("c1", "sonarr").await.unwrap_err();
     assert_eq!(err.code(), Code::Unavailable);
@@ -185,7 +144,7 @@ async fn a_write_locked_past_the_busy_timeout_is_unavailable_and_then_succeeds()
         routed(&app.route("next episode", "c2").await),
         ["system", "sonarr"]
     );
-    assert!(invalidate(&mut app).await.is_ok());
+    assert!(app.invalidate().await.is_ok());
 
     lock.release().await;
     let loaded = app.load("c1", "sonarr").await.unwrap();

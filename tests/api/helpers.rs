@@ -1,39 +1,511 @@
-//! `spawn_app()`: the real server on `127.0.0.1:0` over a fresh database file, with a
-//! generated tonic client and a second database connection playing the settings UI.
+//! The harness every test file shares, and the only place that names the library's internals
+//! (state, store, config, registry, server, client).
+//!
+//! - [`TestApp`]: the real server in this process on `127.0.0.1:0`, over a database in a temp
+//!   folder it owns, with a generated tonic client, a second database connection playing the
+//!   settings UI, and one method per RPC the tests call. [`spawn_app`] for the defaults,
+//!   [`TestApp::builder`] for a changed config, other manifests or TLS.
+//! - [`Daemon`] and [`run`]: the `toolrouter` binary as a serving process or as one command.
+//! - Files and the database as another program sees them: [`set_settings`], [`WriteLock`],
+//!   [`stored_members`]; metrics and logs as an operator reads them: [`scrape`], [`sample`],
+//!   [`json_lines`].
 
+use std::io::{BufRead as _, BufReader};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
+use serde_json::Value;
+use tempfile::TempDir;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
+use tonic::Status;
 use tonic::transport::Channel;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
+use toolrouter::client::{Client, Connection};
 use toolrouter::config::Config;
 use toolrouter::db::Db;
 use toolrouter::proto::tool_router_client::ToolRouterClient;
+use toolrouter::proto::{
+    InvalidateSettingsRequest, InvalidateSettingsResponse, ListAllToolsRequest, ListAllToolsResponse,
+    ListGroupsRequest, ListGroupsResponse, LoadToolGroupRequest, LoadToolGroupResponse, Reason,
+    ReloadRegistryRequest, ReloadRegistryResponse, ResetConversationRequest, ResetConversationResponse,
+    RouteRequest, RouteResponse, SearchToolsRequest, SearchToolsResponse,
+};
 use toolrouter::registry::Registry;
+use toolrouter::router::Member;
 use toolrouter::state::State;
 
-pub struct TestApp {
-    pub addr: std::net::SocketAddr,
-    pub client: ToolRouterClient<Channel>,
-    /// A second connection to the same file, as a settings UI would have.
-    pub ui: Db,
-    shutdown: Option<oneshot::Sender<()>>,
-    server: Option<JoinHandle<()>>,
-}
+// Values tests put in the config or compare with, named here with the rest of the library.
+pub use toolrouter::matcher::MatchMode;
+pub use toolrouter::router::FallbackPolicy;
+pub use toolrouter::search::SearchMode;
+pub use toolrouter::telemetry::conversation_hash;
 
-/// A fresh temp folder for a test's database (and manifests).
-pub fn temp_dir() -> tempfile::TempDir {
+/// The `toolrouter` binary Cargo built for these tests.
+pub const BIN: &str = env!("CARGO_BIN_EXE_toolrouter");
+
+// Files and the database.
+
+/// A fresh temp folder for a test's database, manifests or working directory.
+pub fn temp_dir() -> TempDir {
     tempfile::tempdir().expect("temp dir")
 }
 
-/// A config over a database file in `dir`, with a settings TTL long enough that only an
-/// invalidation refreshes settings within a test.
-pub fn config(dir: &Path) -> Config {
-    Config {
-        database: format!("sqlite://{}", dir.join("toolrouter.db").display()),
-        settings_ttl: Duration::from_secs(3600),
-        ..Config::default()
+/// The database file every test server and daemon uses in `dir`.
+pub fn db_path(dir: &Path) -> PathBuf {
+    dir.join("toolrouter.db")
+}
+
+/// The URL of [`db_path`], as `--database` and the config take it.
+pub fn db_url(dir: &Path) -> String {
+    sqlite_url(&db_path(dir))
+}
+
+/// The `--database` URL of a database file.
+pub fn sqlite_url(file: &Path) -> String {
+    format!("sqlite://{}", file.display())
+}
+
+/// Writes manifests into a new folder under `dir`.
+pub fn manifest_dir(dir: &Path, name: &str, files: &[(&str, &str)]) -> PathBuf {
+    let d = dir.join(name);
+    std::fs::create_dir_all(&d).unwrap();
+    for (file, text) in files {
+        std::fs::write(d.join(file), text).unwrap();
+    }
+    d
+}
+
+/// Writes settings into the database in `dir` (creating it when missing) from another
+/// connection, as a settings UI would, and closes that connection.
+pub async fn set_settings(dir: &Path, settings: &[(&str, &str)]) {
+    let db = Db::connect(&db_url(dir)).await.unwrap();
+    for (k, v) in settings {
+        db.set_setting(k, v).await.unwrap();
+    }
+    db.close().await;
+}
+
+/// A conversation's members as stored in the database in `dir`, read from another connection.
+pub async fn stored_members(dir: &Path, conversation: &str) -> Option<Vec<Member>> {
+    let db = Db::connect(&db_url(dir)).await.unwrap();
+    let found = db.load_conversation(conversation).await.unwrap();
+    db.close().await;
+    found.map(|(_, members)| members)
+}
+
+/// Whether the database in `dir` holds `domain` as loaded for `conversation`.
+pub async fn loaded(dir: &Path, conversation: &str, domain: &str) -> bool {
+    stored_members(dir, conversation)
+        .await
+        .is_some_and(|members| members.iter().any(|m| m.domain == domain && m.loaded))
+}
+
+/// Holds the database's write lock from another connection, as a busy settings UI would,
+/// until released.
+pub struct WriteLock(sqlx::SqliteConnection);
+
+impl WriteLock {
+    pub async fn take(dir: &Path) -> WriteLock {
+        use sqlx::Connection as _;
+        let mut c = sqlx::SqliteConnection::connect(&db_url(dir)).await.unwrap();
+        sqlx::query("BEGIN IMMEDIATE").execute(&mut c).await.unwrap();
+        WriteLock(c)
+    }
+
+    pub async fn release(mut self) {
+        sqlx::query("COMMIT").execute(&mut self.0).await.unwrap();
+    }
+}
+
+/// The built-in demo registry, which servers start with unless told otherwise.
+pub fn demo_registry() -> Registry {
+    Registry::demo()
+}
+
+// Requests and answers.
+
+pub fn route_request(message: &str, conversation: &str) -> RouteRequest {
+    RouteRequest {
+        message: message.into(),
+        conversation_id: conversation.into(),
+        ..Default::default()
+    }
+}
+
+pub fn load_request(conversation: &str, group: &str) -> LoadToolGroupRequest {
+    LoadToolGroupRequest {
+        conversation_id: conversation.into(),
+        group_name: group.into(),
+    }
+}
+
+pub fn search_request(query: &str) -> SearchToolsRequest {
+    SearchToolsRequest {
+        query: query.into(),
+        ..Default::default()
+    }
+}
+
+/// `(domain, reason name, matched keywords)` of a route answer, for compact assertions.
+pub fn decisions(r: &RouteResponse) -> Vec<(String, &'static str, Vec<String>)> {
+    r.domains
+        .iter()
+        .map(|d| {
+            let reason = Reason::try_from(d.reason).unwrap().as_str_name();
+            (d.domain.clone(), reason, d.matched_keywords.clone())
+        })
+        .collect()
+}
+
+/// `(domain, reason name)` of a route answer.
+pub fn reasons(r: &RouteResponse) -> Vec<(String, &'static str)> {
+    decisions(r).into_iter().map(|(d, why, _)| (d, why)).collect()
+}
+
+/// The domains of a route answer, in order.
+pub fn routed(r: &RouteResponse) -> Vec<String> {
+    decisions(r).into_iter().map(|(d, _, _)| d).collect()
+}
+
+/// The gRPC health status of `service` (`""` for the whole server).
+pub async fn health(channel: Channel, service: &str) -> Result<ServingStatus, Status> {
+    let r = HealthClient::new(channel)
+        .check(HealthCheckRequest {
+            service: service.into(),
+        })
+        .await?
+        .into_inner();
+    Ok(ServingStatus::try_from(r.status).expect("a known serving status"))
+}
+
+/// The services server reflection lists.
+pub async fn list_services(channel: Channel) -> Result<Vec<String>, Status> {
+    use tonic_reflection::pb::v1::{
+        ServerReflectionRequest, server_reflection_client::ServerReflectionClient,
+        server_reflection_request::MessageRequest, server_reflection_response::MessageResponse,
+    };
+    let request = ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(MessageRequest::ListServices(String::new())),
+    };
+    let mut stream = ServerReflectionClient::new(channel)
+        .server_reflection_info(tokio_stream::once(request))
+        .await?
+        .into_inner();
+    let response = stream.message().await?.expect("a reflection answer");
+    let Some(MessageResponse::ListServicesResponse(list)) = response.message_response else {
+        panic!("unexpected reflection answer: {response:?}");
+    };
+    Ok(list.service.into_iter().map(|s| s.name).collect())
+}
+
+/// The message of an answer, or its status.
+fn inner<T>(answer: Result<tonic::Response<T>, Status>) -> Result<T, Status> {
+    answer.map(tonic::Response::into_inner)
+}
+
+/// A client connection to `addr` (`host:port` or a URL) without token or TLS.
+pub fn plain_connection(addr: &str) -> Connection {
+    Connection::plain(addr)
+}
+
+// The server in this process.
+
+/// Where a test server's registry comes from; kept so a restart builds the same one.
+enum Manifests {
+    Demo,
+    Sources(Vec<(String, String)>),
+    /// The folders in the config.
+    Folders,
+}
+
+impl Manifests {
+    fn registry(&self, config: &Config) -> Registry {
+        match self {
+            Manifests::Demo => Registry::demo(),
+            Manifests::Sources(files) => {
+                Registry::from_sources(files.iter().map(|(p, t)| (p.as_str(), t.as_str()))).unwrap()
+            }
+            Manifests::Folders => Registry::load_dirs(&config.manifests).unwrap(),
+        }
+    }
+}
+
+/// The server in this process, its clients, and the temp folder holding its database.
+pub struct TestApp {
+    pub addr: SocketAddr,
+    pub client: ToolRouterClient<Channel>,
+    /// A second connection to the same file, as a settings UI would have.
+    pub ui: Db,
+    /// Owned here so the database lives exactly as long as the app.
+    dir: TempDir,
+    config: Config,
+    manifests: Manifests,
+    /// The CA that signed the server's certificate, when it serves TLS.
+    tls_ca: Option<PathBuf>,
+    shutdown: oneshot::Sender<()>,
+    server: JoinHandle<()>,
+}
+
+/// A [`TestApp`] before it starts: a fresh temp folder and the test config over it.
+pub struct TestAppBuilder {
+    dir: TempDir,
+    config: Config,
+    manifests: Manifests,
+    tls_ca: Option<PathBuf>,
+}
+
+/// Starts the server on the demo registry with the test config.
+pub async fn spawn_app() -> TestApp {
+    TestApp::builder().spawn().await
+}
+
+impl TestApp {
+    /// A database file in a fresh temp folder, the demo registry, and a settings TTL long
+    /// enough that only an invalidation refreshes settings within a test.
+    pub fn builder() -> TestAppBuilder {
+        let dir = temp_dir();
+        let config = Config {
+            database: db_url(dir.path()),
+            settings_ttl: Duration::from_secs(3600),
+            ..Config::default()
+        };
+        TestAppBuilder {
+            dir,
+            config,
+            manifests: Manifests::Demo,
+            tls_ca: None,
+        }
+    }
+
+    /// The app's temp folder, which holds its database.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn db_path(&self) -> PathBuf {
+        db_path(self.dir())
+    }
+
+    /// The folder the app's manifests were written to ([`TestAppBuilder::manifests`]).
+    pub fn manifests(&self) -> PathBuf {
+        self.config
+            .manifests
+            .first()
+            .expect("started with manifests")
+            .clone()
+    }
+
+    /// Stops the server gracefully and waits until it has closed the database. Returns the
+    /// temp folder, for a look at what the server left on disk.
+    pub async fn stop(self) -> TempDir {
+        self.shut_down().await.dir
+    }
+
+    /// Stops the server and starts a new one on the same database, config and manifests.
+    pub async fn restart(self) -> TestApp {
+        self.shut_down().await.spawn().await
+    }
+
+    /// Stops the server and starts a new one on the same database with a changed config.
+    pub async fn restart_with(self, tweak: impl FnOnce(&mut Config)) -> TestApp {
+        self.shut_down().await.config(tweak).spawn().await
+    }
+
+    /// Stops the server; what is left can start the same app again.
+    async fn shut_down(self) -> TestAppBuilder {
+        let _ = self.shutdown.send(());
+        self.server.await.unwrap();
+        drop(self.ui);
+        TestAppBuilder {
+            dir: self.dir,
+            config: self.config,
+            manifests: self.manifests,
+            tls_ca: self.tls_ca,
+        }
+    }
+
+    /// A new eager plain connection to the server, for other gRPC services or custom clients.
+    pub async fn channel(&self) -> Channel {
+        tonic::transport::Endpoint::from_shared(format!("http://{}", self.addr))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap()
+    }
+
+    /// How the CLI's client reaches this server: `https://localhost` trusting the test CA when
+    /// it serves TLS, else plain `http`; no token.
+    pub fn connection(&self) -> Connection {
+        match &self.tls_ca {
+            Some(ca) => Connection {
+                tls_ca: Some(ca.clone()),
+                ..Connection::plain(format!("https://localhost:{}", self.addr.port()))
+            },
+            None => plain_connection(&format!("http://{}", self.addr)),
+        }
+    }
+
+    /// [`TestApp::connection`] sending `token` as the bearer token.
+    pub fn connection_with_token(&self, token: &str) -> Connection {
+        Connection {
+            auth_token: Some(token.into()),
+            ..self.connection()
+        }
+    }
+
+    /// Sets a setting as a settings UI would, then invalidates.
+    pub async fn set(&mut self, key: &str, value: &str) {
+        self.ui.set_setting(key, value).await.unwrap();
+        self.invalidate().await.unwrap();
+    }
+
+    pub async fn route(&mut self, message: &str, conversation: &str) -> RouteResponse {
+        self.try_route(message, conversation).await.unwrap()
+    }
+
+    pub async fn try_route(&mut self, message: &str, conversation: &str) -> Result<RouteResponse, Status> {
+        inner(self.client.route(route_request(message, conversation)).await)
+    }
+
+    /// A route that decides as usual and records nothing.
+    pub async fn dry_run(&mut self, message: &str, conversation: &str) -> RouteResponse {
+        let request = RouteRequest {
+            dry_run: true,
+            ..route_request(message, conversation)
+        };
+        self.client.route(request).await.unwrap().into_inner()
+    }
+
+    pub async fn load(&mut self, conversation: &str, group: &str) -> Result<LoadToolGroupResponse, Status> {
+        inner(
+            self.client
+                .load_tool_group(load_request(conversation, group))
+                .await,
+        )
+    }
+
+    pub async fn list_groups(&mut self) -> Result<ListGroupsResponse, Status> {
+        inner(self.client.list_groups(ListGroupsRequest {}).await)
+    }
+
+    /// The group names, in the order listed.
+    pub async fn group_names(&mut self) -> Vec<String> {
+        let r = self.list_groups().await.unwrap();
+        r.groups.into_iter().map(|g| g.name).collect()
+    }
+
+    pub async fn list_all_tools(&mut self) -> Result<ListAllToolsResponse, Status> {
+        inner(self.client.list_all_tools(ListAllToolsRequest {}).await)
+    }
+
+    pub async fn invalidate(&mut self) -> Result<InvalidateSettingsResponse, Status> {
+        inner(
+            self.client
+                .invalidate_settings(InvalidateSettingsRequest {})
+                .await,
+        )
+    }
+
+    pub async fn reset(&mut self, conversation: &str) -> Result<ResetConversationResponse, Status> {
+        inner(
+            self.client
+                .reset_conversation(ResetConversationRequest {
+                    conversation_id: conversation.into(),
+                })
+                .await,
+        )
+    }
+
+    pub async fn reload(&mut self) -> Result<ReloadRegistryResponse, Status> {
+        inner(self.client.reload_registry(ReloadRegistryRequest {}).await)
+    }
+
+    pub async fn search(&mut self, request: SearchToolsRequest) -> Result<SearchToolsResponse, Status> {
+        inner(self.client.search_tools(request).await)
+    }
+}
+
+impl TestAppBuilder {
+    /// Changes the test config.
+    pub fn config(mut self, tweak: impl FnOnce(&mut Config)) -> Self {
+        tweak(&mut self.config);
+        self
+    }
+
+    /// Serves these manifests, given as (path, contents), instead of the demo.
+    pub fn sources(mut self, files: &[(&str, &str)]) -> Self {
+        let files = files
+            .iter()
+            .map(|(p, t)| (p.to_string(), t.to_string()))
+            .collect();
+        self.manifests = Manifests::Sources(files);
+        self
+    }
+
+    /// Serves manifests written to a folder `manifests` in the app's temp folder, as
+    /// `--manifests` would, so a test can change them and reload.
+    pub fn manifests(mut self, files: &[(&str, &str)]) -> Self {
+        let folder = manifest_dir(self.dir.path(), "manifests", files);
+        self.config.manifests = vec![folder];
+        self.manifests = Manifests::Folders;
+        self
+    }
+
+    /// Serves TLS only, with a certificate for `localhost` signed by a CA of its own.
+    pub fn tls(mut self) -> Self {
+        let (ca, cert, key) = certificates(self.dir.path());
+        self.config.tls_cert = Some(cert);
+        self.config.tls_key = Some(key);
+        self.tls_ca = Some(ca);
+        self
+    }
+
+    pub async fn spawn(self) -> TestApp {
+        init_tracing();
+        let TestAppBuilder {
+            dir,
+            config,
+            manifests,
+            tls_ca,
+        } = self;
+        // Bind before spawning, so the client can connect at once.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let state = State::new(manifests.registry(&config), &config)
+            .await
+            .expect("state");
+        let (shutdown, rx) = oneshot::channel::<()>();
+        let server_config = config.clone();
+        let server = tokio::spawn(async move {
+            toolrouter::server::serve(listener, state, &server_config, async {
+                let _ = rx.await;
+            })
+            .await
+            .expect("server");
+        });
+        // Lazy: a test of a TLS or token-protected server makes its own client.
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+            .unwrap()
+            .connect_lazy();
+        let client = ToolRouterClient::new(channel);
+        let ui = Db::connect(&config.database).await.unwrap();
+        TestApp {
+            addr,
+            client,
+            ui,
+            dir,
+            config,
+            manifests,
+            tls_ca,
+            shutdown,
+            server,
+        }
     }
 }
 
@@ -47,126 +519,224 @@ fn init_tracing() {
     }
 }
 
-/// Starts the server on the demo registry.
-pub async fn spawn_app(config: Config) -> TestApp {
-    spawn_app_with(config, Registry::demo()).await
-}
-
-/// Starts the server on a given registry.
-pub async fn spawn_app_with(config: Config, registry: Registry) -> TestApp {
-    init_tracing();
-    // Bind before spawning, so the client can connect at once.
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let state = State::new(registry, &config).await.expect("state");
-    let (tx, rx) = oneshot::channel::<()>();
-    let server_config = config.clone();
-    let server = tokio::spawn(async move {
-        toolrouter::server::serve(listener, state, &server_config, async {
-            let _ = rx.await;
-        })
-        .await
-        .expect("server");
-    });
-    // Lazy: a test of a TLS or token-protected server makes its own client.
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+/// A CA and a certificate for `localhost` signed by it, written as PEM files:
+/// `(ca, cert, key)`.
+fn certificates(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
+    let key = KeyPair::generate().unwrap();
+    let cert = CertificateParams::new(vec!["localhost".to_string()])
         .unwrap()
-        .connect_lazy();
-    let client = ToolRouterClient::new(channel);
-    let ui = Db::connect(&config.database).await.unwrap();
-    TestApp {
-        addr,
-        client,
-        ui,
-        shutdown: Some(tx),
-        server: Some(server),
-    }
+        .signed_by(&key, &ca)
+        .unwrap();
+    let paths = (dir.join("ca.pem"), dir.join("cert.pem"), dir.join("key.pem"));
+    std::fs::write(&paths.0, ca.pem()).unwrap();
+    std::fs::write(&paths.1, cert.pem()).unwrap();
+    std::fs::write(&paths.2, key.serialize_pem()).unwrap();
+    paths
 }
 
-impl TestApp {
-    /// Stops the server gracefully and waits until it has closed the database.
-    pub async fn stop(mut self) {
-        if let Some(tx) = self.shutdown.take() {
-            let _ = tx.send(());
-        }
-        if let Some(h) = self.server.take() {
-            h.await.unwrap();
-        }
-    }
+// The binary as a process.
 
-    /// Sets a setting as a settings UI would, then invalidates.
-    pub async fn set(&mut self, key: &str, value: &str) {
-        self.ui.set_setting(key, value).await.unwrap();
-        self.client
-            .invalidate_settings(toolrouter::proto::InvalidateSettingsRequest {})
-            .await
-            .unwrap();
-    }
-
-    pub async fn route(&mut self, message: &str, conversation: &str) -> toolrouter::proto::RouteResponse {
-        self.client
-            .route(toolrouter::proto::RouteRequest {
-                message: message.into(),
-                conversation_id: conversation.into(),
-                ..Default::default()
-            })
-            .await
-            .unwrap()
-            .into_inner()
-    }
-
-    pub async fn load(
-        &mut self,
-        conversation: &str,
-        group: &str,
-    ) -> Result<toolrouter::proto::LoadToolGroupResponse, tonic::Status> {
-        self.client
-            .load_tool_group(toolrouter::proto::LoadToolGroupRequest {
-                conversation_id: conversation.into(),
-                group_name: group.into(),
-            })
-            .await
-            .map(tonic::Response::into_inner)
-    }
+/// Runs the binary with `args` in `cwd`, with no `TOOLROUTER_*` variables from the caller's
+/// environment.
+pub async fn run(cwd: &Path, args: &[&str]) -> Output {
+    run_with_env(cwd, args, &[]).await
 }
 
-/// `(domain, reason name, matched keywords)` of a route answer, for compact assertions.
-pub fn decisions(r: &toolrouter::proto::RouteResponse) -> Vec<(String, &'static str, Vec<String>)> {
-    r.domains
-        .iter()
-        .map(|d| {
-            let reason = toolrouter::proto::Reason::try_from(d.reason)
-                .unwrap()
-                .as_str_name();
-            (d.domain.clone(), reason, d.matched_keywords.clone())
+/// [`run`] with these `TOOLROUTER_*` (or other) variables set.
+pub async fn run_with_env(cwd: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = tokio::process::Command::new(BIN);
+    cmd.args(args).current_dir(cwd);
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("TOOLROUTER_") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.envs(env.iter().copied());
+    cmd.kill_on_drop(true).output().await.unwrap()
+}
+
+/// A command's exit code, stdout and stderr, for an assertion message.
+pub fn shown(out: &Output) -> String {
+    format!(
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// A command's stdout as JSON.
+pub fn json_of(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("not JSON ({e}):\n{}", shown(out)))
+}
+
+/// A running `toolrouter serve`, killed when dropped.
+pub struct Daemon {
+    pub child: Child,
+    pub addr: SocketAddr,
+    log: Arc<Mutex<String>>,
+}
+
+impl Daemon {
+    /// Starts the binary on a free loopback port over the database in `dir` and waits until
+    /// it logs that it is serving.
+    pub fn start(dir: &Path, extra: &[&str]) -> Daemon {
+        Daemon::start_with(dir, extra, |_| {})
+    }
+
+    /// Starts the binary with open-files limits `(soft, hard)`.
+    pub fn start_with_files(dir: &Path, extra: &[&str], (soft, hard): (u64, u64)) -> Daemon {
+        Daemon::start_with(dir, extra, |c| {
+            use std::os::unix::process::CommandExt as _;
+            let limit = libc::rlimit {
+                rlim_cur: soft as libc::rlim_t,
+                rlim_max: hard as libc::rlim_t,
+            };
+            // SAFETY: between fork and exec only setrlimit runs, which is async-signal-safe,
+            // on a value copied into the closure.
+            unsafe {
+                c.pre_exec(move || {
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &raw const limit) == 0 {
+                        Ok(())
+                    } else {
+                        Err(std::io::Error::last_os_error())
+                    }
+                });
+            }
         })
+    }
+
+    fn start_with(dir: &Path, extra: &[&str], configure: impl FnOnce(&mut Command)) -> Daemon {
+        let mut command = Command::new(BIN);
+        configure(&mut command);
+        let mut child = command
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--log-format",
+                "json",
+                "--database",
+            ])
+            .arg(db_url(dir))
+            .args(extra)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let log = Arc::new(Mutex::new(String::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Ok(v) = serde_json::from_str::<Value>(&line)
+                    && v["fields"]["message"] == "serving"
+                    && let Some(addr) = v["fields"]["addr"].as_str()
+                {
+                    let _ = tx.send(addr.to_string());
+                }
+                let mut log = sink.lock().unwrap();
+                log.push_str(&line);
+                log.push('\n');
+            }
+        });
+        let addr = match rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(addr) => addr,
+            Err(_) => panic!("the daemon did not start:\n{}", log.lock().unwrap()),
+        };
+        Daemon {
+            child,
+            addr: addr.parse().unwrap(),
+            log,
+        }
+    }
+
+    pub fn connection(&self) -> Connection {
+        plain_connection(&format!("http://{}", self.addr))
+    }
+
+    pub async fn client(&self) -> Client {
+        self.connection().client().await.unwrap()
+    }
+
+    pub fn signal(&self, name: &str) {
+        let status = Command::new("kill")
+            .arg(format!("-{name}"))
+            .arg(self.child.id().to_string())
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    /// Waits for the process to exit, at most `limit`.
+    pub async fn exit(&mut self, limit: Duration) -> Option<ExitStatus> {
+        let start = Instant::now();
+        while start.elapsed() < limit {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return Some(status);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        None
+    }
+
+    /// Everything the daemon has logged so far.
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The JSON lines of a daemon's log.
+pub fn json_lines(log: &str) -> Vec<Value> {
+    log.lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
+}
+
+/// The per-call log lines of `method` among a daemon's JSON log lines.
+pub fn call_lines<'a>(lines: &'a [Value], method: &str) -> Vec<&'a Value> {
+    lines
+        .iter()
+        .filter(|v| v["fields"]["message"] == "call" && v["fields"]["method"] == method)
         .collect()
 }
 
-/// Writes manifests into a new folder under `dir`.
-pub fn manifest_dir(dir: &Path, name: &str, files: &[(&str, &str)]) -> PathBuf {
-    let d = dir.join(name);
-    std::fs::create_dir_all(&d).unwrap();
-    for (file, text) in files {
-        std::fs::write(d.join(file), text).unwrap();
-    }
-    d
+/// A loopback `host:port` free right now, for a listener the daemon opens itself.
+pub fn free_addr() -> String {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    format!("127.0.0.1:{port}")
 }
 
-/// Holds the database's write lock from another connection, as a busy settings UI would,
-/// until released.
-pub struct WriteLock(sqlx::SqliteConnection);
+/// `GET /metrics` from the metrics endpoint, as Prometheus would scrape it.
+pub fn scrape(addr: &str) -> String {
+    use std::io::{Read as _, Write as _};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(s, "GET /metrics HTTP/1.1\r\nhost: {addr}\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    assert!(out.starts_with("HTTP/1.1 200 OK"), "{out}");
+    out
+}
 
-impl WriteLock {
-    pub async fn take(dir: &Path) -> WriteLock {
-        use sqlx::Connection as _;
-        let url = format!("sqlite://{}", dir.join("toolrouter.db").display());
-        let mut c = sqlx::SqliteConnection::connect(&url).await.unwrap();
-        sqlx::query("BEGIN IMMEDIATE").execute(&mut c).await.unwrap();
-        WriteLock(c)
-    }
-
-    pub async fn release(mut self) {
-        sqlx::query("COMMIT").execute(&mut self.0).await.unwrap();
-    }
+/// The value of one sample line (`name{labels} value`), or 0 when absent.
+pub fn sample(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series).and_then(|rest| rest.trim().parse().ok()))
+        .unwrap_or(0.0)
 }

@@ -1,29 +1,18 @@
-use toolrouter::proto::{ListAllToolsRequest, ListGroupsRequest};
-use toolrouter::registry::Registry;
+//! ListGroups and ListAllTools: every domain and tool of the registry whatever the settings,
+//! which groups are active, and the prompt section.
 
-use crate::helpers::{config, spawn_app, temp_dir};
+use crate::helpers::{demo_registry, spawn_app};
 
 #[tokio::test]
 async fn list_groups_gives_every_domain_by_name_and_the_prompt_section() {
-    let dir = temp_dir();
-    let mut app = spawn_app(config(dir.path())).await;
-    let empty = app
-        .client
-        .list_groups(ListGroupsRequest {})
-        .await
-        .unwrap()
-        .into_inner();
+    let mut app = spawn_app().await;
+    let empty = app.list_groups().await.unwrap();
     assert_eq!(empty.prompt_section, "", "no active non-core group yet");
 
     app.set("sonarr_url", "x").await;
     app.set("docker_host", "x").await;
-    let r = app
-        .client
-        .list_groups(ListGroupsRequest {})
-        .await
-        .unwrap()
-        .into_inner();
-    let registry = Registry::demo();
+    let r = app.list_groups().await.unwrap();
+    let registry = demo_registry();
     let names: Vec<&str> = r.groups.iter().map(|g| g.name.as_str()).collect();
     let expected: Vec<&str> = registry.domains().iter().map(|d| d.name.as_str()).collect();
     assert_eq!(names, expected);
@@ -54,15 +43,9 @@ async fn list_groups_gives_every_domain_by_name_and_the_prompt_section() {
 
 #[tokio::test]
 async fn list_all_tools_gives_every_tool_whatever_the_settings_core_first() {
-    let dir = temp_dir();
-    let mut app = spawn_app(config(dir.path())).await;
-    let r = app
-        .client
-        .list_all_tools(ListAllToolsRequest {})
-        .await
-        .unwrap()
-        .into_inner();
-    let registry = Registry::demo();
+    let mut app = spawn_app().await;
+    let r = app.list_all_tools().await.unwrap();
+    let registry = demo_registry();
     assert_eq!(r.tools.len(), registry.tool_count());
     assert!(r.tools.iter().all(|t| t.name != "load_tool_group"));
     let mut domains: Vec<&str> = r.tools.iter().map(|t| t.domain.as_str()).collect();

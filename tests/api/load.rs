@@ -1,11 +1,13 @@
+//! LoadToolGroup: the exact texts of its refusals, the tools and text it answers, and a loaded
+//! group coming with every later turn of its conversation.
+
 use tonic::Code;
 
-use crate::helpers::{config, spawn_app, temp_dir};
+use crate::helpers::{TestApp, decisions, spawn_app};
 
 #[tokio::test]
 async fn missing_parameters_are_invalid_with_the_exact_text_conversation_first() {
-    let dir = temp_dir();
-    let mut app = spawn_app(config(dir.path())).await;
+    let mut app = spawn_app().await;
     let cases = [
         ("", "", "Required parameter 'conversation_id' is missing."),
         ("  ", "sonarr", "Required parameter 'conversation_id' is missing."),
@@ -22,8 +24,7 @@ async fn missing_parameters_are_invalid_with_the_exact_text_conversation_first()
 
 #[tokio::test]
 async fn an_unknown_group_is_not_found_and_lists_the_available_groups() {
-    let dir = temp_dir();
-    let mut app = spawn_app(config(dir.path())).await;
+    let mut app = spawn_app().await;
     app.set("sonarr_url", "x").await;
     app.set("docker_host", "unix:///var/run/docker.sock").await;
     let err = app.load("c1", "nope").await.unwrap_err();
@@ -39,8 +40,7 @@ async fn an_unknown_group_is_not_found_and_lists_the_available_groups() {
 
 #[tokio::test]
 async fn an_inactive_group_is_a_failed_precondition_naming_its_keys() {
-    let dir = temp_dir();
-    let mut app = spawn_app(config(dir.path())).await;
+    let mut app = spawn_app().await;
     let err = app.load("c1", "sonarr").await.unwrap_err();
     assert_eq!(err.code(), Code::FailedPrecondition);
     assert_eq!(
@@ -52,16 +52,16 @@ async fn an_inactive_group_is_a_failed_precondition_naming_its_keys() {
 
 #[tokio::test]
 async fn a_group_without_tools_is_a_failed_precondition() {
-    let dir = temp_dir();
-    let registry = toolrouter::registry::Registry::from_sources([
-        (
-            "base.json",
-            r#"{"name":"base","core":true,"tools":[{"name":"b","description":"B"}]}"#,
-        ),
-        ("hollow.json", r#"{"name":"hollow","keywords":["hollow"]}"#),
-    ])
-    .unwrap();
-    let mut app = crate::helpers::spawn_app_with(config(dir.path()), registry).await;
+    let mut app = TestApp::builder()
+        .sources(&[
+            (
+                "base.json",
+                r#"{"name":"base","core":true,"tools":[{"name":"b","description":"B"}]}"#,
+            ),
+            ("hollow.json", r#"{"name":"hollow","keywords":["hollow"]}"#),
+        ])
+        .spawn()
+        .await;
     let err = app.load("c1", "hollow").await.unwrap_err();
     assert_eq!(err.code(), Code::FailedPrecondition);
     assert_eq!(err.message(), "Tool group 'hollow' has no available tools.");
@@ -70,8 +70,7 @@ async fn a_group_without_tools_is_a_failed_precondition() {
 
 #[tokio::test]
 async fn a_load_answers_the_tools_and_text_and_is_idempotent() {
-    let dir = temp_dir();
-    let mut app = spawn_app(config(dir.path())).await;
+    let mut app = spawn_app().await;
     app.set("qbittorrent_url", "x").await;
     let first = app.load("c1", "qbittorrent").await.unwrap();
     assert!(!first.already_loaded);
@@ -101,8 +100,7 @@ async fn a_load_answers_the_tools_and_text_and_is_idempotent() {
 
 #[tokio::test]
 async fn loading_a_core_domain_succeeds_as_already_loaded() {
-    let dir = temp_dir();
-    let mut app = spawn_app(config(dir.path())).await;
+    let mut app = spawn_app().await;
     let r = app.load("c1", "system").await.unwrap();
     assert!(r.already_loaded);
     assert!(r.text.starts_with("Loaded "));
@@ -111,25 +109,23 @@ async fn loading_a_core_domain_succeeds_as_already_loaded() {
 
 #[tokio::test]
 async fn a_loaded_group_comes_with_every_turn_of_its_conversation_only() {
-    let dir = temp_dir();
-    let mut app = spawn_app(config(dir.path())).await;
+    let mut app = spawn_app().await;
     app.set("sonarr_url", "x").await;
     app.set("radarr_url", "x").await;
     app.load("c1", "sonarr").await.unwrap();
     let r = app.route("play a movie", "c1").await;
-    let reasons = crate::helpers::decisions(&r);
+    let reasons = decisions(&r);
     assert_eq!(reasons[1].0, "sonarr");
     assert_eq!(reasons[1].1, "REASON_LOADED");
     assert_eq!(reasons[2].0, "radarr");
     let other = app.route("play a movie", "c2").await;
-    assert!(crate::helpers::decisions(&other).iter().all(|d| d.0 != "sonarr"));
+    assert!(decisions(&other).iter().all(|d| d.0 != "sonarr"));
     app.stop().await;
 }
 
 #[tokio::test]
 async fn a_20_kb_group_name_is_invalid_and_no_error_echoes_more_than_128_characters() {
-    let dir = temp_dir();
-    let mut app = spawn_app(config(dir.path())).await;
+    let mut app = spawn_app().await;
     app.set("sonarr_url", "x").await;
     let cut = |s: &str| format!("{}…", s.chars().take(128).collect::<String>());
     let unknown = "g".repeat(200);

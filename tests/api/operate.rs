@@ -2,52 +2,19 @@
 //! daemon that never answers, `--json` as protobuf's canonical JSON mapping, `reset`,
 //! `describe`, exit codes, and `settings` refusing to write a database the daemon does not use.
 
-use std::path::Path;
-use std::process::Output;
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
-use toolrouter::config::Config;
-use toolrouter::registry::Registry;
-
-use crate::helpers::{config, manifest_dir, spawn_app, spawn_app_with, temp_dir};
-
-const BIN: &str = env!("CARGO_BIN_EXE_toolrouter");
-
-/// Runs the binary with `args` (and no `TOOLROUTER_*` variables from the caller's
-/// environment), in `cwd`.
-async fn run(cwd: &Path, args: &[&str]) -> Output {
-    let mut cmd = tokio::process::Command::new(BIN);
-    cmd.args(args).current_dir(cwd);
-    for (k, _) in std::env::vars_os() {
-        if k.to_string_lossy().starts_with("TOOLROUTER_") {
-            cmd.env_remove(k);
-        }
-    }
-    cmd.kill_on_drop(true).output().await.unwrap()
-}
-
-fn shown(out: &Output) -> String {
-    format!(
-        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
-fn json_of(out: &Output) -> Value {
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("not JSON ({e}):\n{}", shown(out)))
-}
+use crate::helpers::{
+    TestApp, demo_registry, json_of, manifest_dir, run, shown, spawn_app, sqlite_url, temp_dir,
+};
 
 #[tokio::test]
 async fn client_commands_take_host_and_port_and_print_canonical_protobuf_json() {
-    let dir = temp_dir();
-    let mut app = spawn_app(config(dir.path())).await;
+    let mut app = spawn_app().await;
     app.set("qbittorrent_url", "http://nas:8080").await;
     let addr = app.addr.to_string(); // host:port, no scheme
     let out = run(
-        dir.path(),
+        app.dir(),
         &["route", "--addr", &addr, "--json", "are my torrents seeding?"],
     )
     .await;
@@ -55,7 +22,7 @@ async fn client_commands_take_host_and_port_and_print_canonical_protobuf_json() 
     let v = json_of(&out);
     // 64-bit integers are strings (JavaScript and jq 1.6 would round a number).
     let version = v["registryVersion"].as_str().unwrap_or_else(|| panic!("{v}"));
-    assert_eq!(version, Registry::demo().version().to_string());
+    assert_eq!(version, demo_registry().version().to_string());
     // Enums by name, field names in lowerCamelCase, the schema as the JSON text it is.
     let reasons: Vec<&str> = v["domains"]
         .as_array()
@@ -77,7 +44,7 @@ async fn client_commands_take_host_and_port_and_print_canonical_protobuf_json() 
     ] {
         let mut full = args.to_vec();
         full.extend(["--addr", &addr]);
-        let out = run(dir.path(), &full).await;
+        let out = run(app.dir(), &full).await;
         // sonarr is not configured: a runtime failure, exit 1, with no JSON on stdout.
         if args[0] == "load" {
             assert_eq!(out.status.code(), Some(1), "{}", shown(&out));
@@ -91,7 +58,7 @@ async fn client_commands_take_host_and_port_and_print_canonical_protobuf_json() 
         }
     }
     // A URL still works.
-    let out = run(dir.path(), &["groups", "--addr", &format!("http://{addr}")]).await;
+    let out = run(app.dir(), &["groups", "--addr", &format!("http://{addr}")]).await;
     assert_eq!(out.status.code(), Some(0), "{}", shown(&out));
     app.stop().await;
 }
@@ -168,14 +135,13 @@ async fn serve_listens_on_a_host_name() {
 
 #[tokio::test]
 async fn reset_forgets_a_conversation() {
-    let dir = temp_dir();
-    let mut app = spawn_app(config(dir.path())).await;
+    let mut app = spawn_app().await;
     app.set("sonarr_url", "http://nas:8989").await;
     app.load("c1", "sonarr").await.unwrap();
     let loaded = |r: &toolrouter::proto::RouteResponse| r.domains.iter().any(|d| d.domain == "sonarr");
     assert!(loaded(&app.route("thanks", "c1").await));
     let out = run(
-        dir.path(),
+        app.dir(),
         &["reset", "--conversation", "c1", "--addr", &app.addr.to_string()],
     )
     .await;
@@ -188,7 +154,7 @@ async fn reset_forgets_a_conversation() {
         "{r:?}"
     );
     let out = run(
-        dir.path(),
+        app.dir(),
         &["reset", "--conversation", " ", "--addr", &app.addr.to_string()],
     )
     .await;
@@ -198,19 +164,16 @@ async fn reset_forgets_a_conversation() {
 
 #[tokio::test]
 async fn a_refused_reload_exits_2_and_a_good_one_0() {
-    let dir = temp_dir();
-    let folder = manifest_dir(dir.path(), "m", &[("a.json", r#"{"name":"a"}"#)]);
-    let c = Config {
-        manifests: vec![folder.clone()],
-        ..config(dir.path())
-    };
-    let registry = Registry::load_dirs(&c.manifests).unwrap();
-    let app = spawn_app_with(c, registry).await;
+    let app = TestApp::builder()
+        .manifests(&[("a.json", r#"{"name":"a"}"#)])
+        .spawn()
+        .await;
+    let folder = app.manifests();
     let addr = app.addr.to_string();
-    let out = run(dir.path(), &["reload", "--addr", &addr]).await;
+    let out = run(app.dir(), &["reload", "--addr", &addr]).await;
     assert_eq!(out.status.code(), Some(0), "{}", shown(&out));
     std::fs::write(folder.join("b.json"), r#"[{"_meta": true, "keywrods": ["x"]}]"#).unwrap();
-    let out = run(dir.path(), &["reload", "--addr", &addr]).await;
+    let out = run(app.dir(), &["reload", "--addr", &addr]).await;
     assert_eq!(out.status.code(), Some(2), "{}", shown(&out));
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("unknown field `keywrods`"),
@@ -222,26 +185,25 @@ async fn a_refused_reload_exits_2_and_a_good_one_0() {
 
 #[tokio::test]
 async fn describe_names_the_daemons_database_and_registry() {
-    let dir = temp_dir();
-    let app = spawn_app(config(dir.path())).await;
+    let app = spawn_app().await;
     let out = run(
-        dir.path(),
+        app.dir(),
         &["describe", "--json", "--addr", &app.addr.to_string()],
     )
     .await;
     assert_eq!(out.status.code(), Some(0), "{}", shown(&out));
     let v = json_of(&out);
-    let db = std::fs::canonicalize(dir.path().join("toolrouter.db")).unwrap();
+    let db = std::fs::canonicalize(app.db_path()).unwrap();
     assert_eq!(v["databasePath"], db.display().to_string(), "{v}");
     assert_eq!(v["version"], env!("CARGO_PKG_VERSION"), "{v}");
-    let demo = Registry::demo();
+    let demo = demo_registry();
     assert_eq!(v["registryVersion"], demo.version().to_string(), "{v}");
     assert_eq!(v["domains"], demo.domains().len(), "{v}");
     assert_eq!(v["tools"], demo.tool_count(), "{v}");
     assert!(v["uptimeSeconds"].as_f64().is_some_and(|s| s >= 0.0), "{v}");
     assert!(v["configToml"].as_str().unwrap().contains("settings_ttl"), "{v}");
     // Human output too.
-    let out = run(dir.path(), &["describe", "--addr", &app.addr.to_string()]).await;
+    let out = run(app.dir(), &["describe", "--addr", &app.addr.to_string()]).await;
     assert!(
         String::from_utf8_lossy(&out.stdout).contains(&db.display().to_string()),
         "{}",
@@ -252,8 +214,7 @@ async fn describe_names_the_daemons_database_and_registry() {
 
 #[tokio::test]
 async fn settings_writes_the_daemons_database_and_refuses_another_one() {
-    let dir = temp_dir();
-    let mut app = spawn_app(config(dir.path())).await;
+    let mut app = spawn_app().await;
     let addr = app.addr.to_string();
     // The command runs elsewhere, where `./toolrouter.db` is another file.
     let elsewhere = temp_dir();
@@ -282,7 +243,7 @@ async fn settings_writes_the_daemons_database_and_refuses_another_one() {
 
     // Naming another database is refused, and creates nothing.
     let other = elsewhere.path().join("other.db");
-    let other_url = format!("sqlite://{}", other.display());
+    let other_url = sqlite_url(&other);
     for args in [
         &[
             "settings",
@@ -342,9 +303,9 @@ async fn settings_writes_the_daemons_database_and_refuses_another_one() {
 async fn settings_refuses_a_database_that_does_not_exist_unless_create() {
     let dir = temp_dir();
     let missing = dir.path().join("nonexist").join("x.db");
-    let url = format!("sqlite://{}", missing.display());
+    let url = sqlite_url(&missing);
     let fresh = dir.path().join("fresh.db");
-    let fresh_url = format!("sqlite://{}", fresh.display());
+    let fresh_url = sqlite_url(&fresh);
     // No daemon listens on port 1.
     let out = run(
         dir.path(),

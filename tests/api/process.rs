@@ -2,170 +2,18 @@
 //! flight (drained, or cut at the drain timeout), SIGHUP reloads, another process writing
 //! the settings table under load, and the refusal to listen openly without a token.
 
-use std::io::{BufRead as _, BufReader};
-use std::path::Path;
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use tonic::Code;
-use toolrouter::client::{Client, Connection};
-use toolrouter::db::Db;
-use toolrouter::proto::{InvalidateSettingsRequest, ListGroupsRequest, LoadToolGroupRequest, RouteRequest};
+use tonic_health::pb::health_check_response::ServingStatus;
+use toolrouter::proto::{InvalidateSettingsRequest, ListGroupsRequest, Reason};
 
-use crate::helpers::{WriteLock, manifest_dir, temp_dir};
-
-const BIN: &str = env!("CARGO_BIN_EXE_toolrouter");
-
-fn db_url(dir: &Path) -> String {
-    format!("sqlite://{}", dir.join("toolrouter.db").display())
-}
-
-/// A running `toolrouter serve`, killed when dropped.
-struct Daemon {
-    child: Child,
-    addr: String,
-    log: Arc<Mutex<String>>,
-}
-
-impl Daemon {
-    /// Starts the binary on a free loopback port over the database in `dir` and waits until
-    /// it logs that it is serving.
-    fn start(dir: &Path, extra: &[&str]) -> Daemon {
-        Daemon::start_with(dir, extra, |_| {})
-    }
-
-    /// Starts the binary with open-files limits `(soft, hard)`.
-    fn start_with_files(dir: &Path, extra: &[&str], (soft, hard): (u64, u64)) -> Daemon {
-        Daemon::start_with(dir, extra, |c| {
-            use std::os::unix::process::CommandExt as _;
-            let limit = libc::rlimit {
-                rlim_cur: soft as libc::rlim_t,
-                rlim_max: hard as libc::rlim_t,
-            };
-            // SAFETY: between fork and exec only setrlimit runs, which is async-signal-safe,
-            // on a value copied into the closure.
-            unsafe {
-                c.pre_exec(move || {
-                    if libc::setrlimit(libc::RLIMIT_NOFILE, &raw const limit) == 0 {
-                        Ok(())
-                    } else {
-                        Err(std::io::Error::last_os_error())
-                    }
-                });
-            }
-        })
-    }
-
-    fn start_with(dir: &Path, extra: &[&str], configure: impl FnOnce(&mut Command)) -> Daemon {
-        let mut command = Command::new(BIN);
-        configure(&mut command);
-        let mut child = command
-            .args([
-                "serve",
-                "--listen",
-                "127.0.0.1:0",
-                "--log-format",
-                "json",
-                "--database",
-            ])
-            .arg(db_url(dir))
-            .args(extra)
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = child.stderr.take().unwrap();
-        let log = Arc::new(Mutex::new(String::new()));
-        let (tx, rx) = std::sync::mpsc::channel();
-        let sink = log.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Ok(v) = serde_json::from_str::<serde_json::Value>(&line)
-                    && v["fields"]["message"] == "serving"
-                    && let Some(addr) = v["fields"]["addr"].as_str()
-                {
-                    let _ = tx.send(addr.to_string());
-                }
-                let mut log = sink.lock().unwrap();
-                log.push_str(&line);
-                log.push('\n');
-            }
-        });
-        let addr = match rx.recv_timeout(Duration::from_secs(60)) {
-            Ok(addr) => addr,
-            Err(_) => panic!("the daemon did not start:\n{}", log.lock().unwrap()),
-        };
-        Daemon {
-            child,
-            addr: format!("http://{addr}"),
-            log,
-        }
-    }
-
-    async fn client(&self) -> Client {
-        Connection::plain(&self.addr).client().await.unwrap()
-    }
-
-    fn signal(&self, name: &str) {
-        let status = Command::new("kill")
-            .arg(format!("-{name}"))
-            .arg(self.child.id().to_string())
-            .status()
-            .unwrap();
-        assert!(status.success());
-    }
-
-    /// Waits for the process to exit, at most `limit`.
-    async fn exit(&mut self, limit: Duration) -> Option<ExitStatus> {
-        let start = Instant::now();
-        while start.elapsed() < limit {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return Some(status);
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        None
-    }
-
-    fn log(&self) -> String {
-        self.log.lock().unwrap().clone()
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-async fn set_settings(dir: &Path, settings: &[(&str, &str)]) {
-    let db = Db::connect(&db_url(dir)).await.unwrap();
-    for (k, v) in settings {
-        db.set_setting(k, v).await.unwrap();
-    }
-    db.close().await;
-}
-
-async fn loaded(dir: &Path, conversation: &str, domain: &str) -> bool {
-    let db = Db::connect(&db_url(dir)).await.unwrap();
-    let found = db
-        .load_conversation(conversation)
-        .await
-        .unwrap()
-        .is_some_and(|(_, members)| members.iter().any(|m| m.domain == domain && m.loaded));
-    db.close().await;
-    found
-}
-
-fn load_request(conversation: &str, group: &str) -> LoadToolGroupRequest {
-    LoadToolGroupRequest {
-        conversation_id: conversation.into(),
-        group_name: group.into(),
-    }
-}
+use crate::helpers::{
+    Daemon, WriteLock, call_lines, conversation_hash, db_url, demo_registry, free_addr, health, json_lines,
+    load_request, loaded, manifest_dir, reasons, route_request, run, sample, scrape, set_settings, shown,
+    temp_dir,
+};
 
 #[tokio::test]
 async fn a_load_acknowledged_before_sigkill_is_there_after_a_restart() {
@@ -185,11 +33,7 @@ async fn a_load_acknowledged_before_sigkill_is_there_after_a_restart() {
     let r = daemon
         .client()
         .await
-        .route(RouteRequest {
-            message: "thanks".into(),
-            conversation_id: "c1".into(),
-            ..Default::default()
-        })
+        .route(route_request("thanks", "c1"))
         .await
         .unwrap()
         .into_inner();
@@ -198,7 +42,7 @@ async fn a_load_acknowledged_before_sigkill_is_there_after_a_restart() {
         .iter()
         .find(|d| d.domain == "sonarr")
         .expect("loaded after restart");
-    assert_eq!(sonarr.reason(), toolrouter::proto::Reason::Loaded);
+    assert_eq!(sonarr.reason(), Reason::Loaded);
 }
 
 #[tokio::test]
@@ -213,7 +57,7 @@ async fn sigterm_stops_accepting_finishes_the_call_in_flight_and_exits_0() {
     daemon.signal("TERM");
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(
-        Connection::plain(&daemon.addr).channel().await.is_err(),
+        daemon.connection().channel().await.is_err(),
         "no new connections while draining"
     );
     assert!(
@@ -316,19 +160,22 @@ async fn another_process_flipping_settings_under_load_causes_no_errors() {
     let dir = temp_dir();
     set_settings(dir.path(), &[("sonarr_url", "x")]).await;
     let daemon = Daemon::start(dir.path(), &["--settings-ttl", "50ms"]);
-    let flipper = Command::new(BIN)
-        .args([
-            "bench",
-            "flip-settings",
-            "--duration",
-            "3s",
-            "--every",
-            "2ms",
-            "--database",
-        ])
-        .arg(db_url(dir.path()))
-        .output();
-    let flipper = tokio::task::spawn_blocking(move || flipper.unwrap());
+    let flipper = {
+        let (cwd, url) = (dir.path().to_owned(), db_url(dir.path()));
+        tokio::spawn(async move {
+            let args = [
+                "bench",
+                "flip-settings",
+                "--duration",
+                "3s",
+                "--every",
+                "2ms",
+                "--database",
+                &url,
+            ];
+            run(&cwd, &args).await
+        })
+    };
     let mut workers = Vec::new();
     for w in 0..4 {
         let mut client = daemon.client().await;
@@ -357,11 +204,10 @@ async fn another_process_flipping_settings_under_load_causes_no_errors() {
                     },
                     _ => {
                         client
-                            .route(RouteRequest {
-                                message: "restart the container for the next episode".into(),
-                                conversation_id,
-                                ..Default::default()
-                            })
+                            .route(route_request(
+                                "restart the container for the next episode",
+                                &conversation_id,
+                            ))
                             .await
                             .unwrap();
                     }
@@ -383,61 +229,30 @@ async fn another_process_flipping_settings_under_load_causes_no_errors() {
     assert!(!daemon.log().contains("\"ERROR\""), "{}", daemon.log());
 }
 
-#[test]
-fn a_non_loopback_address_without_a_token_is_refused_with_what_to_do() {
-    let out = Command::new(BIN)
-        .args(["serve", "--listen", "0.0.0.0:0", "--database", "sqlite::memory:"])
-        .env_remove("TOOLROUTER_AUTH_TOKEN")
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
+#[tokio::test]
+async fn a_non_loopback_address_without_a_token_is_refused_with_what_to_do() {
+    let dir = temp_dir();
+    let out = run(
+        dir.path(),
+        &["serve", "--listen", "0.0.0.0:0", "--database", "sqlite::memory:"],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(2), "{}", shown(&out));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("refusing to listen on 0.0.0.0:0"), "{stderr}");
     assert!(stderr.contains("--allow-unauthenticated"), "{stderr}");
     for extra in [&["--auth-token", "t"][..], &["--allow-unauthenticated"][..]] {
-        let out = Command::new(BIN)
-            .args(["serve", "--listen", "0.0.0.0:0", "--print-config"])
-            .args(extra)
-            .output()
-            .unwrap();
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{extra:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let args = [&["serve", "--listen", "0.0.0.0:0", "--print-config"][..], extra].concat();
+        let out = run(dir.path(), &args).await;
+        assert_eq!(out.status.code(), Some(0), "{extra:?}: {}", shown(&out));
     }
-}
-
-/// `GET /metrics` from the metrics endpoint, as Prometheus would scrape it.
-fn scrape(addr: &str) -> String {
-    use std::io::{Read as _, Write as _};
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(s, "GET /metrics HTTP/1.1\r\nhost: {addr}\r\n\r\n").unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    assert!(out.starts_with("HTTP/1.1 200 OK"), "{out}");
-    out
-}
-
-/// The value of one sample line (`name{labels} value`), or 0 when absent.
-fn sample(text: &str, series: &str) -> f64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(series).and_then(|rest| rest.trim().parse().ok()))
-        .unwrap_or(0.0)
 }
 
 #[tokio::test]
 async fn each_call_is_logged_once_without_its_text_and_counted_in_the_metrics() {
     let dir = temp_dir();
     set_settings(dir.path(), &[("qbittorrent_url", "http://nas:8080")]).await;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let metrics = format!("127.0.0.1:{port}");
+    let metrics = free_addr();
     let daemon = Daemon::start(dir.path(), &["--metrics-listen", &metrics]);
     let before = scrape(&metrics);
     let route_ok = r#"toolrouter_requests_total{code="OK",method="Route"}"#;
@@ -446,36 +261,14 @@ async fn each_call_is_logged_once_without_its_text_and_counted_in_the_metrics() 
     let mut c = daemon.client().await;
     let secret = "are my torrents seeding for secret-conversation?";
     for _ in 0..2 {
-        c.route(RouteRequest {
-            message: secret.into(),
-            conversation_id: "user-42-private".into(),
-            ..Default::default()
-        })
+        c.route(route_request(secret, "user-42-private")).await.unwrap();
+    }
+    c.route(route_request("hello there", "")).await.unwrap();
+    let too_long = c.route(route_request(&"x".repeat(70_000), "")).await.unwrap_err();
+    assert_eq!(too_long.code(), Code::InvalidArgument);
+    c.load_tool_group(load_request("user-42-private", "qbittorrent"))
         .await
         .unwrap();
-    }
-    c.route(RouteRequest {
-        message: "hello there".into(),
-        conversation_id: String::new(),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
-    let too_long = c
-        .route(RouteRequest {
-            message: "x".repeat(70_000),
-            conversation_id: String::new(),
-            ..Default::default()
-        })
-        .await
-        .unwrap_err();
-    assert_eq!(too_long.code(), Code::InvalidArgument);
-    c.load_tool_group(LoadToolGroupRequest {
-        conversation_id: "user-42-private".into(),
-        group_name: "qbittorrent".into(),
-    })
-    .await
-    .unwrap();
 
     let after = scrape(&metrics);
     let checks = [
@@ -513,7 +306,7 @@ async fn each_call_is_logged_once_without_its_text_and_counted_in_the_metrics() 
     for (series, want) in checks {
         assert_eq!(sample(&after, series), want, "{series}:\n{after}");
     }
-    let version = toolrouter::registry::Registry::demo().version();
+    let version = demo_registry().version();
     assert!(
         after.contains(&format!(
             "toolrouter_registry_info{{version=\"{version:016x}\"}} 1"
@@ -531,20 +324,14 @@ async fn each_call_is_logged_once_without_its_text_and_counted_in_the_metrics() 
     // hash of the conversation id; never the message or the id; failures with their cause.
     tokio::time::sleep(Duration::from_millis(200)).await;
     let log = daemon.log();
-    let lines: Vec<serde_json::Value> = log.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
-    let calls: Vec<&serde_json::Value> = lines
-        .iter()
-        .filter(|v| v["fields"]["message"] == "call" && v["fields"]["method"] == "Route")
-        .collect();
+    let lines = json_lines(&log);
+    let calls = call_lines(&lines, "Route");
     assert_eq!(calls.len(), 3, "{log}");
     let first = &calls[0]["fields"];
     assert_eq!(calls[0]["level"], "INFO", "{log}");
     assert_eq!(first["code"], "OK");
     assert!(first["latency_ms"].as_f64().is_some(), "{first}");
-    assert_eq!(
-        first["conversation"],
-        toolrouter::telemetry::conversation_hash("user-42-private")
-    );
+    assert_eq!(first["conversation"], conversation_hash("user-42-private"));
     // A list is a real JSON array, not a joined string.
     assert_eq!(
         first["domains"],
@@ -579,12 +366,7 @@ async fn each_call_is_logged_once_without_its_text_and_counted_in_the_metrics() 
 async fn a_search_hit_is_counted_per_domain_and_logged_in_a_json_array() {
     let dir = temp_dir();
     set_settings(dir.path(), &[("qbittorrent_url", "http://nas:8080")]).await;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let metrics = format!("127.0.0.1:{port}");
+    let metrics = free_addr();
     let daemon = Daemon::start(dir.path(), &["--metrics-listen", &metrics]);
     let search = r#"toolrouter_route_domains_total{domain="qbittorrent",reason="search"}"#;
     let before = scrape(&metrics);
@@ -594,21 +376,15 @@ async fn a_search_hit_is_counted_per_domain_and_logged_in_a_json_array() {
     let r = daemon
         .client()
         .await
-        .route(RouteRequest {
-            message: "pause all my downloads".into(),
-            conversation_id: String::new(),
-            ..Default::default()
-        })
+        .route(route_request("pause all my downloads", ""))
         .await
         .unwrap()
         .into_inner();
-    let reasons: Vec<(String, toolrouter::proto::Reason)> =
-        r.domains.iter().map(|d| (d.domain.clone(), d.reason())).collect();
     assert_eq!(
-        reasons,
+        reasons(&r),
         [
-            ("system".to_string(), toolrouter::proto::Reason::Core),
-            ("qbittorrent".to_string(), toolrouter::proto::Reason::Search),
+            ("system".to_string(), "REASON_CORE"),
+            ("qbittorrent".to_string(), "REASON_SEARCH"),
         ],
         "{r:?}"
     );
@@ -625,10 +401,10 @@ async fn a_search_hit_is_counted_per_domain_and_logged_in_a_json_array() {
     );
     tokio::time::sleep(Duration::from_millis(200)).await;
     let log = daemon.log();
-    let call = log
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .find(|v| v["fields"]["message"] == "call" && v["fields"]["method"] == "Route")
+    let lines = json_lines(&log);
+    let call = call_lines(&lines, "Route")
+        .into_iter()
+        .next()
         .unwrap_or_else(|| panic!("no Route call line:\n{log}"));
     assert_eq!(
         call["fields"]["domains"],
@@ -637,28 +413,14 @@ async fn a_search_hit_is_counted_per_domain_and_logged_in_a_json_array() {
     );
 }
 
-async fn health(channel: tonic::transport::Channel) -> Result<i32, tonic::Status> {
-    use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
-    HealthClient::new(channel)
-        .check(HealthCheckRequest {
-            service: String::new(),
-        })
-        .await
-        .map(|r| r.into_inner().status)
-}
-
 #[tokio::test]
 async fn while_draining_health_on_open_connections_answers_not_serving_and_new_calls_are_unavailable() {
-    use tonic_health::pb::health_check_response::ServingStatus;
     let dir = temp_dir();
     set_settings(dir.path(), &[("sonarr_url", "x")]).await;
     let mut daemon = Daemon::start(dir.path(), &["--busy-timeout", "30s"]);
     // A load balancer's connection, open before the shutdown.
-    let probe = Connection::plain(&daemon.addr).channel().await.unwrap();
-    assert_eq!(
-        health(probe.clone()).await.unwrap(),
-        ServingStatus::Serving as i32
-    );
+    let probe = daemon.connection().channel().await.unwrap();
+    assert_eq!(health(probe.clone(), "").await.unwrap(), ServingStatus::Serving);
     let lock = WriteLock::take(dir.path()).await;
     let mut client = daemon.client().await;
     let mut other = client.clone();
@@ -667,22 +429,15 @@ async fn while_draining_health_on_open_connections_answers_not_serving_and_new_c
     daemon.signal("TERM");
     tokio::time::sleep(Duration::from_millis(500)).await;
     for _ in 0..3 {
-        let status = health(probe.clone()).await;
+        let status = health(probe.clone(), "").await;
         assert_eq!(
             status.as_ref().ok(),
-            Some(&(ServingStatus::NotServing as i32)),
+            Some(&ServingStatus::NotServing),
             "health during the drain: {status:?}"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let refused = other
-        .route(RouteRequest {
-            message: "thanks".into(),
-            conversation_id: String::new(),
-            ..Default::default()
-        })
-        .await
-        .unwrap_err();
+    let refused = other.route(route_request("thanks", "")).await.unwrap_err();
     assert_eq!(refused.code(), Code::Unavailable, "{refused:?}");
     assert!(daemon.child.try_wait().unwrap().is_none(), "still draining");
 
@@ -697,11 +452,10 @@ async fn while_draining_health_on_open_connections_answers_not_serving_and_new_c
 async fn sigterm_closes_idle_connections_at_once_instead_of_waiting_the_drain_timeout() {
     let dir = temp_dir();
     let mut daemon = Daemon::start(dir.path(), &["--drain-timeout", "30s"]);
-    let addr = daemon.addr.trim_start_matches("http://").to_string();
     // A socket that never sends anything, and an HTTP/2 connection with no call in flight.
-    let silent = tokio::net::TcpStream::connect(&addr).await.unwrap();
-    let idle = Connection::plain(&daemon.addr).channel().await.unwrap();
-    health(idle.clone()).await.unwrap();
+    let silent = tokio::net::TcpStream::connect(daemon.addr).await.unwrap();
+    let idle = daemon.connection().channel().await.unwrap();
+    health(idle.clone(), "").await.unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await;
     let start = Instant::now();
     daemon.signal("TERM");
@@ -754,11 +508,10 @@ async fn the_daemon_raises_its_soft_open_files_limit_to_the_hard_limit() {
 async fn silent_sockets_at_the_file_limit_neither_spin_the_accept_loop_nor_lock_out_new_clients() {
     let dir = temp_dir();
     let daemon = Daemon::start_with_files(dir.path(), &["--handshake-timeout", "1s"], (64, 64));
-    let addr = daemon.addr.trim_start_matches("http://").to_string();
     // More silent sockets than the daemon has file descriptors; the test keeps them all open.
     let mut silent = Vec::new();
     for _ in 0..150 {
-        silent.push(tokio::net::TcpStream::connect(&addr).await.unwrap());
+        silent.push(tokio::net::TcpStream::connect(daemon.addr).await.unwrap());
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
     let pid = daemon.child.id();
@@ -774,12 +527,7 @@ async fn silent_sockets_at_the_file_limit_neither_spin_the_accept_loop_nor_lock_
     // they are all still open on this side.
     let started = Instant::now();
     let answer = tokio::time::timeout(Duration::from_secs(15), async {
-        Connection::plain(&daemon.addr)
-            .client()
-            .await
-            .unwrap()
-            .list_groups(ListGroupsRequest {})
-            .await
+        daemon.client().await.list_groups(ListGroupsRequest {}).await
     })
     .await;
     assert!(
@@ -803,7 +551,7 @@ async fn silent_sockets_at_the_file_limit_neither_spin_the_accept_loop_nor_lock_
 async fn the_listen_backlog_is_configurable() {
     let dir = temp_dir();
     let daemon = Daemon::start(dir.path(), &["--listen-backlog", "7"]);
-    let port = daemon.addr.rsplit(':').next().unwrap().to_string();
+    let port = daemon.addr.port();
     let out = Command::new("ss")
         .args(["-ltnH", &format!("sport = :{port}")])
         .output()

@@ -2,14 +2,10 @@
 //! and list every problem; conversations simply stop getting groups that are gone.
 
 use std::collections::{BTreeSet, HashMap};
-use std::path::Path;
 
 use tonic::Code;
-use toolrouter::config::Config;
-use toolrouter::proto::{ListGroupsRequest, ReloadRegistryRequest, ReloadRegistryResponse};
-use toolrouter::registry::Registry;
 
-use crate::helpers::{TestApp, config, decisions, manifest_dir, spawn_app_with, temp_dir};
+use crate::helpers::{TestApp, decisions, route_request, routed};
 
 /// A manifest for a domain without settings keys (so always active) with one tool.
 fn manifest(name: &str, keyword: &str) -> String {
@@ -21,40 +17,24 @@ fn manifest(name: &str, keyword: &str) -> String {
 const CORE: &str =
     r#"{"name":"base","core":true,"tools":[{"name":"base_tool","description":"Always there"}]}"#;
 
-async fn start(dir: &Path, files: &[(&str, &str)]) -> (TestApp, std::path::PathBuf) {
-    let folder = manifest_dir(dir, "manifests", files);
-    let c = Config {
-        manifests: vec![folder.clone()],
-        ..config(dir)
-    };
-    let registry = Registry::load_dirs(&c.manifests).unwrap();
-    (spawn_app_with(c, registry).await, folder)
-}
-
-async fn reload(app: &mut TestApp) -> Result<ReloadRegistryResponse, tonic::Status> {
-    app.client
-        .reload_registry(ReloadRegistryRequest {})
-        .await
-        .map(tonic::Response::into_inner)
-}
-
-async fn group_names(app: &mut TestApp) -> Vec<String> {
-    let r = app.client.list_groups(ListGroupsRequest {}).await.unwrap();
-    r.into_inner().groups.into_iter().map(|g| g.name).collect()
+/// A server on a manifest folder holding `files`, and that folder.
+async fn start(files: &[(&str, &str)]) -> (TestApp, std::path::PathBuf) {
+    let app = TestApp::builder().manifests(files).spawn().await;
+    let folder = app.manifests();
+    (app, folder)
 }
 
 #[tokio::test]
 async fn a_reload_serves_the_new_manifests() {
-    let dir = temp_dir();
     let a = manifest("alpha", "apple");
-    let (mut app, folder) = start(dir.path(), &[("base.json", CORE), ("alpha.json", &a)]).await;
+    let (mut app, folder) = start(&[("base.json", CORE), ("alpha.json", &a)]).await;
     let before = app.route("apple", "").await.registry_version;
     std::fs::write(folder.join("beta.json"), manifest("beta", "banana")).unwrap();
 
-    let r = reload(&mut app).await.unwrap();
+    let r = app.reload().await.unwrap();
     assert_eq!((r.domains, r.tools), (3, 3));
     assert_ne!(r.registry_version, before);
-    assert_eq!(group_names(&mut app).await, ["alpha", "base", "beta"]);
+    assert_eq!(app.group_names().await, ["alpha", "base", "beta"]);
     let routed = app.route("banana", "").await;
     assert_eq!(routed.registry_version, r.registry_version);
     assert_eq!(decisions(&routed)[1].0, "beta");
@@ -63,9 +43,8 @@ async fn a_reload_serves_the_new_manifests() {
 
 #[tokio::test]
 async fn invalid_manifests_keep_the_old_registry_and_list_every_problem() {
-    let dir = temp_dir();
     let a = manifest("alpha", "apple");
-    let (mut app, folder) = start(dir.path(), &[("base.json", CORE), ("alpha.json", &a)]).await;
+    let (mut app, folder) = start(&[("base.json", CORE), ("alpha.json", &a)]).await;
     let before = app.route("apple", "").await.registry_version;
     std::fs::write(
         folder.join("broken.json"),
@@ -78,7 +57,7 @@ async fn invalid_manifests_keep_the_old_registry_and_list_every_problem() {
     )
     .unwrap();
 
-    let err = reload(&mut app).await.unwrap_err();
+    let err = app.reload().await.unwrap_err();
     assert_eq!(err.code(), Code::FailedPrecondition);
     let text = err.message();
     assert!(
@@ -90,12 +69,12 @@ async fn invalid_manifests_keep_the_old_registry_and_list_every_problem() {
         "file and line of the syntax error: {text}"
     );
     assert!(text.contains("nodesc.json"), "every file with a problem: {text}");
-    assert_eq!(group_names(&mut app).await, ["alpha", "base"]);
+    assert_eq!(app.group_names().await, ["alpha", "base"]);
     assert_eq!(app.route("apple", "").await.registry_version, before);
 
     // A folder that disappeared is a listed problem too, not a crash.
     std::fs::remove_dir_all(&folder).unwrap();
-    let err = reload(&mut app).await.unwrap_err();
+    let err = app.reload().await.unwrap_err();
     assert_eq!(err.code(), Code::FailedPrecondition);
     assert!(
         err.message().contains("cannot read manifest folder"),
@@ -108,28 +87,22 @@ async fn invalid_manifests_keep_the_old_registry_and_list_every_problem() {
 
 #[tokio::test]
 async fn a_conversation_simply_stops_getting_a_group_that_is_gone() {
-    let dir = temp_dir();
     let (a, b) = (manifest("alpha", "apple"), manifest("beta", "banana"));
-    let (mut app, folder) = start(
-        dir.path(),
-        &[("base.json", CORE), ("alpha.json", &a), ("beta.json", &b)],
-    )
-    .await;
+    let (mut app, folder) = start(&[("base.json", CORE), ("alpha.json", &a), ("beta.json", &b)]).await;
     app.load("c1", "beta").await.unwrap();
     app.route("apple", "c1").await;
     std::fs::remove_file(folder.join("beta.json")).unwrap();
-    reload(&mut app).await.unwrap();
+    app.reload().await.unwrap();
 
     let r = app.route("hello", "c1").await;
-    let names: Vec<String> = decisions(&r).into_iter().map(|(d, _, _)| d).collect();
-    assert_eq!(names, ["base", "alpha"]);
+    assert_eq!(routed(&r), ["base", "alpha"]);
     assert!(r.tools.iter().all(|t| t.domain != "beta"));
     let err = app.load("c1", "beta").await.unwrap_err();
     assert_eq!(err.code(), Code::NotFound);
 
     // Back again: the conversation's earlier load applies again.
     std::fs::write(folder.join("beta.json"), &b).unwrap();
-    reload(&mut app).await.unwrap();
+    app.reload().await.unwrap();
     let r = app.route("hello", "c1").await;
     assert!(
         decisions(&r)
@@ -141,9 +114,8 @@ async fn a_conversation_simply_stops_getting_a_group_that_is_gone() {
 
 #[tokio::test]
 async fn calls_in_flight_during_reloads_see_one_registry_or_the_other_never_a_mix() {
-    let dir = temp_dir();
     let (a, b) = (manifest("alpha", "apple"), manifest("beta", "banana"));
-    let (mut app, folder) = start(dir.path(), &[("base.json", CORE), ("alpha.json", &a)]).await;
+    let (mut app, folder) = start(&[("base.json", CORE), ("alpha.json", &a)]).await;
     // Registry one: base + alpha; registry two: base + beta. Fallback lists every domain.
     let one = app.route("hello", "").await.registry_version;
     let expected_one: BTreeSet<String> = ["base_tool", "alpha_tool"].map(String::from).into();
@@ -156,11 +128,7 @@ async fn calls_in_flight_during_reloads_see_one_registry_or_the_other_never_a_mi
             let mut seen: HashMap<u64, BTreeSet<BTreeSet<String>>> = HashMap::new();
             for _ in 0..300 {
                 let r = client
-                    .route(toolrouter::proto::RouteRequest {
-                        message: "hello".into(),
-                        conversation_id: String::new(),
-                        ..Default::default()
-                    })
+                    .route(route_request("hello", ""))
                     .await
                     .unwrap()
                     .into_inner();
@@ -184,7 +152,7 @@ async fn calls_in_flight_during_reloads_see_one_registry_or_the_other_never_a_mi
             std::fs::remove_file(folder.join("beta.json")).unwrap();
             std::fs::write(folder.join("alpha.json"), &a).unwrap();
         }
-        let r = reload(&mut app).await.unwrap();
+        let r = app.reload().await.unwrap();
         if i % 2 == 0 {
             two = Some(r.registry_version);
         }

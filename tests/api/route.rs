@@ -1,7 +1,9 @@
-use tonic::Code;
-use toolrouter::proto::RouteRequest;
+//! Route: core plus the domains a message hits, the fallback when nothing does, the route
+//! options in the config, and the limits on a message and a conversation id.
 
-use crate::helpers::{config, decisions, spawn_app, temp_dir};
+use tonic::Code;
+
+use crate::helpers::{FallbackPolicy, MatchMode, TestApp, decisions, spawn_app};
 
 fn kw(list: &[&str]) -> Vec<String> {
     list.iter().map(|s| s.to_string()).collect()
@@ -9,8 +11,7 @@ fn kw(list: &[&str]) -> Vec<String> {
 
 #[tokio::test]
 async fn a_keyword_hit_on_an_activated_domain_routes_core_plus_that_domain() {
-    let dir = temp_dir();
-    let mut app = spawn_app(config(dir.path())).await;
+    let mut app = spawn_app().await;
 
     let before = app.route("are my torrents seeding?", "").await;
     assert!(before.fallback, "qbittorrent is inactive, so nothing hits");
@@ -48,8 +49,7 @@ async fn a_keyword_hit_on_an_activated_domain_routes_core_plus_that_domain() {
 
 #[tokio::test]
 async fn without_a_hit_every_active_fallback_domain_comes_in() {
-    let dir = temp_dir();
-    let mut app = spawn_app(config(dir.path())).await;
+    let mut app = spawn_app().await;
     app.set("sonarr_url", "http://nas:8989").await;
     app.set("proxmox_url", "https://pve:8006").await; // fallback = false in the demo
     app.set("radarr_url", "").await; // blank counts as unset
@@ -67,10 +67,10 @@ async fn without_a_hit_every_active_fallback_domain_comes_in() {
 
 #[tokio::test]
 async fn the_core_only_fallback_policy_sends_only_core_tools() {
-    let dir = temp_dir();
-    let mut c = config(dir.path());
-    c.fallback = toolrouter::router::FallbackPolicy::CoreOnly;
-    let mut app = spawn_app(c).await;
+    let mut app = TestApp::builder()
+        .config(|c| c.fallback = FallbackPolicy::CoreOnly)
+        .spawn()
+        .await;
     app.set("sonarr_url", "http://nas:8989").await;
     let r = app.route("hello there", "").await;
     assert!(r.fallback);
@@ -80,10 +80,10 @@ async fn the_core_only_fallback_policy_sends_only_core_tools() {
 
 #[tokio::test]
 async fn the_meta_tool_can_be_turned_off() {
-    let dir = temp_dir();
-    let mut c = config(dir.path());
-    c.expose_load_tool_group = false;
-    let mut app = spawn_app(c).await;
+    let mut app = TestApp::builder()
+        .config(|c| c.expose_load_tool_group = false)
+        .spawn()
+        .await;
     app.set("sonarr_url", "x").await;
     let r = app.route("hello", "").await;
     assert!(r.tools.iter().all(|t| t.name != "load_tool_group"));
@@ -92,10 +92,10 @@ async fn the_meta_tool_can_be_turned_off() {
 
 #[tokio::test]
 async fn substring_mode_hits_inside_words() {
-    let dir = temp_dir();
-    let mut c = config(dir.path());
-    c.keyword_match = toolrouter::matcher::MatchMode::Substring;
-    let mut app = spawn_app(c).await;
+    let mut app = TestApp::builder()
+        .config(|c| c.keyword_match = MatchMode::Substring)
+        .spawn()
+        .await;
     app.set("home_assistant_url", "x").await;
     let word = app.route("highlight the text", "").await;
     assert_eq!(
@@ -107,28 +107,13 @@ async fn substring_mode_hits_inside_words() {
 
 #[tokio::test]
 async fn a_message_over_the_limit_is_invalid_and_exactly_the_limit_is_accepted() {
-    let dir = temp_dir();
-    let mut c = config(dir.path());
-    c.max_message_bytes = 1000;
-    let mut app = spawn_app(c).await;
-    let ok = app
-        .client
-        .route(RouteRequest {
-            message: "a".repeat(1000),
-            conversation_id: String::new(),
-            ..Default::default()
-        })
+    let mut app = TestApp::builder()
+        .config(|c| c.max_message_bytes = 1000)
+        .spawn()
         .await;
+    let ok = app.try_route(&"a".repeat(1000), "").await;
     assert!(ok.is_ok(), "{ok:?}");
-    let err = app
-        .client
-        .route(RouteRequest {
-            message: "a".repeat(1001),
-            conversation_id: String::new(),
-            ..Default::default()
-        })
-        .await
-        .unwrap_err();
+    let err = app.try_route(&"a".repeat(1001), "").await.unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument);
     assert_eq!(
         err.message(),
@@ -139,19 +124,11 @@ async fn a_message_over_the_limit_is_invalid_and_exactly_the_limit_is_accepted()
 
 #[tokio::test]
 async fn a_request_far_over_the_field_limit_but_under_the_transport_limit_names_the_field_limit() {
-    let dir = temp_dir();
-    let mut c = config(dir.path());
-    c.max_message_bytes = 1000;
-    let mut app = spawn_app(c).await;
-    let err = app
-        .client
-        .route(RouteRequest {
-            message: "a".repeat(100_000),
-            conversation_id: String::new(),
-            ..Default::default()
-        })
-        .await
-        .unwrap_err();
+    let mut app = TestApp::builder()
+        .config(|c| c.max_message_bytes = 1000)
+        .spawn()
+        .await;
+    let err = app.try_route(&"a".repeat(100_000), "").await.unwrap_err();
     // v2 (issue 13): not the transport's OUT_OF_RANGE, but the documented answer naming
     // the limit; only requests over the 4 MiB transport limit are refused before decoding
     // (RESOURCE_EXHAUSTED, tested in server.rs).
@@ -162,8 +139,7 @@ async fn a_request_far_over_the_field_limit_but_under_the_transport_limit_names_
 
 #[tokio::test]
 async fn a_bad_conversation_id_is_invalid_and_says_which_limit() {
-    let dir = temp_dir();
-    let mut app = spawn_app(config(dir.path())).await;
+    let mut app = spawn_app().await;
     let cases = [
         (
             "x".repeat(257),
@@ -175,35 +151,17 @@ async fn a_bad_conversation_id_is_invalid_and_says_which_limit() {
         ),
     ];
     for (id, message) in cases {
-        let err = app
-            .client
-            .route(RouteRequest {
-                message: "hi".into(),
-                conversation_id: id.clone(),
-                ..Default::default()
-            })
-            .await
-            .unwrap_err();
+        let err = app.try_route("hi", &id).await.unwrap_err();
         assert_eq!(err.code(), Code::InvalidArgument, "{id:?}");
         assert_eq!(err.message(), message);
     }
-    assert!(
-        app.client
-            .route(RouteRequest {
-                message: "hi".into(),
-                conversation_id: "x".repeat(256),
-                ..Default::default()
-            })
-            .await
-            .is_ok()
-    );
+    assert!(app.try_route("hi", &"x".repeat(256)).await.is_ok());
     app.stop().await;
 }
 
 #[tokio::test]
 async fn cjk_and_emoji_messages_route_without_false_hits() {
-    let dir = temp_dir();
-    let mut app = spawn_app(config(dir.path())).await;
+    let mut app = spawn_app().await;
     for key in ["qbittorrent_url", "home_assistant_url", "audiobookshelf_url"] {
         app.set(key, "x").await;
     }

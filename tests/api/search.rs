@@ -2,32 +2,15 @@
 //! real server on the demo registry.
 
 use tonic::Code;
-use toolrouter::proto::{RouteRequest, SearchToolsRequest, SearchToolsResponse};
+use toolrouter::proto::SearchToolsRequest;
 
-use crate::helpers::{TestApp, config, decisions, spawn_app, temp_dir};
-
-async fn search(
-    app: &mut TestApp,
-    request: SearchToolsRequest,
-) -> Result<SearchToolsResponse, tonic::Status> {
-    app.client
-        .search_tools(request)
-        .await
-        .map(tonic::Response::into_inner)
-}
-
-fn query(q: &str) -> SearchToolsRequest {
-    SearchToolsRequest {
-        query: q.into(),
-        ..Default::default()
-    }
-}
+use crate::helpers::{SearchMode, TestApp, decisions, search_request, spawn_app};
 
 #[tokio::test]
 async fn an_exact_tool_name_ranks_first() {
-    let dir = temp_dir();
-    let mut app = spawn_app(config(dir.path())).await;
-    let r = search(&mut app, query("  QBT_Get_Torrent_Details "))
+    let mut app = spawn_app().await;
+    let r = app
+        .search(search_request("  QBT_Get_Torrent_Details "))
         .await
         .unwrap();
     let first = r.hits[0].tool.as_ref().unwrap();
@@ -44,19 +27,16 @@ async fn an_exact_tool_name_ranks_first() {
 
 #[tokio::test]
 async fn an_inactive_domain_is_listed_with_the_keys_to_set_and_never_loaded() {
-    let dir = temp_dir();
-    let mut app = spawn_app(config(dir.path())).await;
-    let r = search(
-        &mut app,
-        SearchToolsRequest {
+    let mut app = spawn_app().await;
+    let r = app
+        .search(SearchToolsRequest {
             query: "pause the seeding torrents".into(),
             conversation_id: "s1".into(),
             load: true,
             ..Default::default()
-        },
-    )
-    .await
-    .unwrap();
+        })
+        .await
+        .unwrap();
     let top = &r.hits[0];
     assert_eq!(top.tool.as_ref().unwrap().domain, "qbittorrent");
     assert!(!top.active);
@@ -83,21 +63,17 @@ async fn an_inactive_domain_is_listed_with_the_keys_to_set_and_never_loaded() {
 
 #[tokio::test]
 async fn load_puts_the_top_groups_into_the_conversation_before_answering() {
-    let dir = temp_dir();
-    let c = config(dir.path());
-    let mut app = spawn_app(c.clone()).await;
+    let mut app = spawn_app().await;
     app.set("qbittorrent_url", "http://nas:8080").await;
-    let r = search(
-        &mut app,
-        SearchToolsRequest {
+    let r = app
+        .search(SearchToolsRequest {
             query: "pause the seeding torrents".into(),
             limit: 20,
             conversation_id: "s1".into(),
             load: true,
-        },
-    )
-    .await
-    .unwrap();
+        })
+        .await
+        .unwrap();
     assert_eq!(r.loaded_groups.first().map(String::as_str), Some("qbittorrent"));
     assert!(
         r.loaded_groups.len() <= 3,
@@ -113,10 +89,9 @@ async fn load_puts_the_top_groups_into_the_conversation_before_answering() {
         "{}",
         r.text
     );
-    app.stop().await;
 
     // Persisted before the answer: a new server on the same database routes it as loaded.
-    let mut again = spawn_app(c).await;
+    let mut again = app.restart().await;
     let routed = again.route("thanks", "s1").await;
     assert!(
         decisions(&routed).contains(&("qbittorrent".into(), "REASON_LOADED", vec![])),
@@ -128,10 +103,9 @@ async fn load_puts_the_top_groups_into_the_conversation_before_answering() {
 
 #[tokio::test]
 async fn nothing_matched_says_so_and_lists_the_active_groups() {
-    let dir = temp_dir();
-    let mut app = spawn_app(config(dir.path())).await;
+    let mut app = spawn_app().await;
     app.set("pihole_url", "http://pi.hole").await;
-    let r = search(&mut app, query("xyzzy plugh")).await.unwrap();
+    let r = app.search(search_request("xyzzy plugh")).await.unwrap();
     assert!(r.hits.is_empty());
     assert_eq!(r.text, "No tools matched 'xyzzy plugh'. Active groups: pihole.");
     app.stop().await;
@@ -139,14 +113,14 @@ async fn nothing_matched_says_so_and_lists_the_active_groups() {
 
 #[tokio::test]
 async fn bad_search_requests_are_invalid_arguments_a_person_can_act_on() {
-    let dir = temp_dir();
-    let mut c = config(dir.path());
-    c.max_message_bytes = 100;
-    let mut app = spawn_app(c).await;
+    let mut app = TestApp::builder()
+        .config(|c| c.max_message_bytes = 100)
+        .spawn()
+        .await;
     let cases: &[(SearchToolsRequest, &str)] = &[
-        (query(" "), "Required parameter 'query' is missing."),
+        (search_request(" "), "Required parameter 'query' is missing."),
         (
-            query(&"a".repeat(101)),
+            search_request(&"a".repeat(101)),
             "'query' is 101 bytes, over the limit of 100 bytes",
         ),
         (
@@ -167,28 +141,25 @@ async fn bad_search_requests_are_invalid_arguments_a_person_can_act_on() {
         ),
     ];
     for (request, message) in cases {
-        let e = search(&mut app, request.clone()).await.unwrap_err();
+        let e = app.search(request.clone()).await.unwrap_err();
         assert_eq!(e.code(), Code::InvalidArgument, "{request:?}");
         assert!(e.message().contains(message), "{request:?}: {}", e.message());
     }
-    let many = search(
-        &mut app,
-        SearchToolsRequest {
+    let many = app
+        .search(SearchToolsRequest {
             query: "list".into(),
             limit: 500,
             ..Default::default()
-        },
-    )
-    .await
-    .unwrap();
+        })
+        .await
+        .unwrap();
     assert_eq!(many.hits.len(), 20, "a larger limit is cut to 20");
     app.stop().await;
 }
 
 #[tokio::test]
 async fn route_finds_a_domain_by_search_explains_it_and_remembers_it() {
-    let dir = temp_dir();
-    let mut app = spawn_app(config(dir.path())).await;
+    let mut app = spawn_app().await;
     app.set("pihole_url", "http://pi.hole").await;
     app.set("jellyfin_url", "http://media").await;
     let r = app.route("why do I still see ads on my phone?", "c1").await;
@@ -211,10 +182,10 @@ async fn route_finds_a_domain_by_search_explains_it_and_remembers_it() {
 
 #[tokio::test]
 async fn search_off_routes_by_keywords_only() {
-    let dir = temp_dir();
-    let mut c = config(dir.path());
-    c.search = toolrouter::search::SearchMode::Off;
-    let mut app = spawn_app(c).await;
+    let mut app = TestApp::builder()
+        .config(|c| c.search = SearchMode::Off)
+        .spawn()
+        .await;
     app.set("pihole_url", "http://pi.hole").await;
     let r = app.route("why do I still see ads on my phone?", "").await;
     assert!(r.fallback);
@@ -228,19 +199,9 @@ async fn search_off_routes_by_keywords_only() {
 
 #[tokio::test]
 async fn a_dry_run_records_nothing() {
-    let dir = temp_dir();
-    let mut app = spawn_app(config(dir.path())).await;
+    let mut app = spawn_app().await;
     app.set("qbittorrent_url", "http://nas:8080").await;
-    let dry = app
-        .client
-        .route(RouteRequest {
-            message: "are my torrents seeding?".into(),
-            conversation_id: "d1".into(),
-            dry_run: true,
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let dry = app.dry_run("are my torrents seeding?", "d1").await;
     assert!(decisions(&dry).contains(&(
         "qbittorrent".into(),
         "REASON_KEYWORD",
@@ -257,9 +218,7 @@ async fn a_dry_run_records_nothing() {
 
 #[tokio::test]
 async fn the_search_tools_meta_tool_follows_load_tool_group_and_can_be_turned_off() {
-    let dir = temp_dir();
-    let c = config(dir.path());
-    let mut app = spawn_app(c.clone()).await;
+    let mut app = spawn_app().await;
     app.set("pihole_url", "http://pi.hole").await;
     let r = app.route("hello", "").await;
     let names: Vec<&str> = r.tools.iter().take(2).map(|t| t.name.as_str()).collect();
@@ -273,11 +232,8 @@ async fn the_search_tools_meta_tool_follows_load_tool_group_and_can_be_turned_of
     // Fixed for a snapshot: the same schema on every turn.
     let again = app.route("something else entirely", "").await;
     assert_eq!(again.tools[1], r.tools[1]);
-    app.stop().await;
 
-    let mut off = c;
-    off.expose_search_tools = false;
-    let mut app = spawn_app(off).await;
+    let mut app = app.restart_with(|c| c.expose_search_tools = false).await;
     let r = app.route("hello", "").await;
     assert!(r.tools.iter().all(|t| t.name != "search_tools"));
     assert_eq!(r.tools[0].name, "load_tool_group");

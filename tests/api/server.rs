@@ -1,58 +1,26 @@
-use tonic_health::pb::{
-    HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient,
-};
-use tonic_reflection::pb::v1::{
-    ServerReflectionRequest, server_reflection_client::ServerReflectionClient,
-    server_reflection_request::MessageRequest, server_reflection_response::MessageResponse,
-};
+//! The server around the service: health, reflection, compression, the transport and field
+//! size limits, a registry version stable across restarts, and requests no client would send.
 
-use crate::helpers::{TestApp, config, spawn_app, temp_dir};
+use tonic_health::pb::health_check_response::ServingStatus;
+use toolrouter::proto::tool_router_client::ToolRouterClient;
 
-async fn channel(app: &TestApp) -> tonic::transport::Channel {
-    tonic::transport::Endpoint::from_shared(format!("http://{}", app.addr))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap()
-}
+use crate::helpers::{health, list_services, route_request, spawn_app};
 
 #[tokio::test]
 async fn health_is_serving_for_the_server_and_the_service() {
-    let dir = temp_dir();
-    let app = spawn_app(config(dir.path())).await;
-    let mut health = HealthClient::new(channel(&app).await);
+    let app = spawn_app().await;
+    let channel = app.channel().await;
     for service in ["", "toolrouter.v1.ToolRouter"] {
-        let r = health
-            .check(HealthCheckRequest {
-                service: service.into(),
-            })
-            .await
-            .unwrap()
-            .into_inner();
-        assert_eq!(r.status(), ServingStatus::Serving, "{service:?}");
+        let status = health(channel.clone(), service).await.unwrap();
+        assert_eq!(status, ServingStatus::Serving, "{service:?}");
     }
     app.stop().await;
 }
 
 #[tokio::test]
 async fn reflection_lists_the_tool_router_service() {
-    let dir = temp_dir();
-    let app = spawn_app(config(dir.path())).await;
-    let mut client = ServerReflectionClient::new(channel(&app).await);
-    let request = ServerReflectionRequest {
-        host: String::new(),
-        message_request: Some(MessageRequest::ListServices(String::new())),
-    };
-    let mut stream = client
-        .server_reflection_info(tokio_stream::once(request))
-        .await
-        .unwrap()
-        .into_inner();
-    let response = stream.message().await.unwrap().unwrap();
-    let Some(MessageResponse::ListServicesResponse(list)) = response.message_response else {
-        panic!("unexpected reflection answer: {response:?}");
-    };
-    let names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
+    let app = spawn_app().await;
+    let names = list_services(app.channel().await).await.unwrap();
     assert!(
         names.contains(&"toolrouter.v1.ToolRouter".to_string()),
         "{names:?}"
@@ -64,19 +32,15 @@ async fn reflection_lists_the_tool_router_service() {
 #[tokio::test]
 async fn gzip_requests_and_answers_work_and_oversized_messages_get_the_documented_codes() {
     use tonic::codec::CompressionEncoding::Gzip;
-    use toolrouter::proto::{RouteRequest, tool_router_client::ToolRouterClient};
-    let dir = temp_dir();
-    let app = spawn_app(config(dir.path())).await;
-    let mut client = ToolRouterClient::new(channel(&app).await)
+    let app = spawn_app().await;
+    let mut client = ToolRouterClient::new(app.channel().await)
         .send_compressed(Gzip)
         .accept_compressed(Gzip)
         .max_decoding_message_size(64 * 1024 * 1024);
-    let route = |message: String| RouteRequest {
-        message,
-        conversation_id: String::new(),
-        ..Default::default()
-    };
-    let r = client.route(route("check the disk space".into())).await.unwrap();
+    let r = client
+        .route(route_request("check the disk space", ""))
+        .await
+        .unwrap();
     assert_eq!(
         r.metadata().get("grpc-encoding").map(|v| v.to_str().unwrap()),
         Some("gzip")
@@ -84,15 +48,18 @@ async fn gzip_requests_and_answers_work_and_oversized_messages_get_the_documente
     assert!(!r.into_inner().tools.is_empty());
     // Over the field limit, under the transport limit: the field limit is named. Compressed
     // and not.
-    let plain = ToolRouterClient::new(channel(&app).await);
+    let plain = ToolRouterClient::new(app.channel().await);
     for mut c in [client.clone(), plain.clone()] {
         for size in [65_537, 70_000, 1_000_000] {
-            let e = c.route(route("x".repeat(size))).await.unwrap_err();
+            let e = c.route(route_request(&"x".repeat(size), "")).await.unwrap_err();
             assert_eq!(e.code(), tonic::Code::InvalidArgument, "{size}: {e:?}");
             assert!(e.message().contains("65536"), "{size}: {e:?}");
         }
         // Over the transport limit.
-        let e = c.route(route("x".repeat(5 * 1024 * 1024))).await.unwrap_err();
+        let e = c
+            .route(route_request(&"x".repeat(5 * 1024 * 1024), ""))
+            .await
+            .unwrap_err();
         assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e:?}");
         // The plain request gets this daemon's text; tonic's decompressor names the limit.
         assert!(
@@ -106,9 +73,7 @@ async fn gzip_requests_and_answers_work_and_oversized_messages_get_the_documente
 #[tokio::test]
 async fn zstd_and_gzip_compress_requests_and_answers_each_way() {
     use tonic::codec::CompressionEncoding::{Gzip, Zstd};
-    use toolrouter::proto::{RouteRequest, tool_router_client::ToolRouterClient};
-    let dir = temp_dir();
-    let app = spawn_app(config(dir.path())).await;
+    let app = spawn_app().await;
     // (request encoding, accepted answer encoding, the answer's grpc-encoding)
     let cases = [
         (Some(Zstd), Some(Zstd), Some("zstd")),
@@ -118,7 +83,7 @@ async fn zstd_and_gzip_compress_requests_and_answers_each_way() {
         (Some(Zstd), Some(Gzip), Some("gzip")),
     ];
     for (send, accept, want) in cases {
-        let mut client = ToolRouterClient::new(channel(&app).await);
+        let mut client = ToolRouterClient::new(app.channel().await);
         if let Some(e) = send {
             client = client.send_compressed(e);
         }
@@ -127,11 +92,7 @@ async fn zstd_and_gzip_compress_requests_and_answers_each_way() {
         }
         let case = format!("send {send:?}, accept {accept:?}");
         let r = client
-            .route(RouteRequest {
-                message: "check the disk space".into(),
-                conversation_id: String::new(),
-                ..Default::default()
-            })
+            .route(route_request("check the disk space", ""))
             .await
             .unwrap_or_else(|e| panic!("{case}: {e:?}"));
         assert_eq!(
@@ -142,11 +103,7 @@ async fn zstd_and_gzip_compress_requests_and_answers_each_way() {
         assert!(!r.into_inner().tools.is_empty(), "{case}");
         // A compressed request over the field limit still gets the field limit named.
         let e = client
-            .route(RouteRequest {
-                message: "x".repeat(70_000),
-                conversation_id: String::new(),
-                ..Default::default()
-            })
+            .route(route_request(&"x".repeat(70_000), ""))
             .await
             .unwrap_err();
         assert_eq!(e.code(), tonic::Code::InvalidArgument, "{case}: {e:?}");
@@ -157,12 +114,9 @@ async fn zstd_and_gzip_compress_requests_and_answers_each_way() {
 
 #[tokio::test]
 async fn the_registry_version_is_the_same_across_restarts() {
-    let dir = temp_dir();
-    let c = config(dir.path());
-    let mut app = spawn_app(c.clone()).await;
+    let mut app = spawn_app().await;
     let v1 = app.route("hi", "").await.registry_version;
-    app.stop().await;
-    let mut app = spawn_app(c).await;
+    let mut app = app.restart().await;
     assert_eq!(app.route("hi", "").await.registry_version, v1);
     app.stop().await;
 }
@@ -206,9 +160,8 @@ impl tonic::codec::Decoder for Raw {
 
 #[tokio::test]
 async fn malformed_requests_are_invalid_argument_not_internal() {
-    let dir = temp_dir();
-    let app = spawn_app(config(dir.path())).await;
-    let mut grpc = tonic::client::Grpc::new(channel(&app).await);
+    let app = spawn_app().await;
+    let mut grpc = tonic::client::Grpc::new(app.channel().await);
     let route = "/toolrouter.v1.ToolRouter/Route";
     let load = "/toolrouter.v1.ToolRouter/LoadToolGroup";
     let cases: &[(&str, &str, &[u8])] = &[

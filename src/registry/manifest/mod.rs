@@ -1,0 +1,667 @@
+//! Manifest parsing and validation: native domain manifests (JSON or TOML) and group-array
+//! JSON manifests. Both are first read into a `serde_json::Value` (so syntax errors carry a
+//! line:column) and then checked field by field, so one file reports every problem at once.
+
+use std::path::Path;
+
+use serde_json::{Map, Value};
+
+use super::{Domain, Tier, Tool};
+use crate::error::ManifestError;
+
+/// A manifest file format, chosen by extension.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// `*.json`: a native manifest (an object) or a group array (an array).
+    Json,
+    /// `*.toml`: a native manifest.
+    Toml,
+}
+
+impl Format {
+    /// The format of a file, or `None` when it is not a manifest.
+    pub fn of(path: &Path) -> Option<Format> {
+        match path.extension()?.to_str()? {
+            "json" => Some(Format::Json),
+            "toml" => Some(Format::Toml),
+            _ => None,
+        }
+    }
+}
+
+const DOMAIN_FIELDS: &[&str] = &[
+    "name",
+    "display_name",
+    "description",
+    "settings_keys",
+    "keywords",
+    "core",
+    "fallback",
+    "tools",
+];
+const TOOL_FIELDS: &[&str] = &["name", "description", "tier", "input_schema"];
+/// The fields a group array's `_meta` element may carry.
+const META_FIELDS: &[&str] = &[
+    "_meta",
+    "display_name",
+    "description",
+    "settings_keys",
+    "keywords",
+    "core",
+    "fallback",
+];
+/// The fields a group array's tool element may carry; the last three belong to the chat apps
+/// that ship these files and are ignored here.
+const GROUP_TOOL_FIELDS: &[&str] = &[
+    "name",
+    "description",
+    "tier",
+    "parameters",
+    "function",
+    "timeoutSeconds",
+    "requiredPermissions",
+];
+
+/// Parses one manifest. `path` names the file in messages and, for group arrays, its stem is
+/// the group name.
+///
+/// # Errors
+/// Every problem found in the file.
+pub fn parse(path: &str, text: &str) -> Result<Domain, Vec<ManifestError>> {
+    // Editors on some systems write a byte-order mark; it is not part of the document.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let format = Format::of(Path::new(path)).unwrap_or(Format::Json);
+    let value = match format {
+        Format::Json => serde_json::from_str::<Strict>(text).map(|s| s.0).map_err(|e| {
+            let msg = e.to_string();
+            // serde_json appends " at line L column C"; the position goes in front instead.
+            let msg = msg.split(" at line ").next().unwrap_or(&msg).to_string();
+            let msg = if msg.starts_with(DUPLICATE_KEY) {
+                msg
+            } else {
+                format!("malformed JSON: {msg}")
+            };
+            vec![err_at(path, Some(json_position(text, e.line(), e.column())), msg)]
+        })?,
+        Format::Toml => {
+            let table = toml::from_str::<toml::Table>(text).map_err(|e| {
+                let pos = e.span().map(|s| line_col(text, s.start));
+                vec![err_at(path, pos, format!("malformed TOML: {}", e.message()))]
+            })?;
+            serde_json::to_value(table).map_err(|e| vec![err(path, format!("malformed TOML: {e}"))])?
+        }
+    };
+    let mut v = Validator {
+        path,
+        errors: Vec::new(),
+    };
+    let domain = match value {
+        Value::Object(obj) => v.native(obj),
+        Value::Array(items) if format == Format::Json => v.group_array(items),
+        _ => {
+            v.push("a manifest must be a JSON object (native) or a JSON array (group array)".into());
+            None
+        }
+    };
+    match domain {
+        Some(d) if v.errors.is_empty() => Ok(d),
+        _ => Err(v.errors),
+    }
+}
+
+/// How a duplicate key in a JSON object is reported (serde_json alone keeps the last one
+/// silently, so a repeated `"keywords"` would drop the first list unseen).
+const DUPLICATE_KEY: &str = "duplicate key";
+
+/// A JSON value read with duplicate object keys refused, each reported at its line:column.
+struct Strict(Value);
+
+impl<'de> serde::Deserialize<'de> for Strict {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(StrictVisitor)
+    }
+}
+
+struct StrictVisitor;
+
+impl<'de> serde::de::Visitor<'de> for StrictVisitor {
+    type Value = Strict;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Strict, E> {
+        Ok(Strict(Value::Bool(v)))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Strict, E> {
+        Ok(Strict(Value::from(v)))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Strict, E> {
+        Ok(Strict(Value::from(v)))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Strict, E> {
+        Ok(Strict(
+            serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number),
+        ))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Strict, E> {
+        Ok(Strict(Value::String(v.to_string())))
+    }
+    fn visit_string<E>(self, v: String) -> Result<Strict, E> {
+        Ok(Strict(Value::String(v)))
+    }
+    fn visit_unit<E>(self) -> Result<Strict, E> {
+        Ok(Strict(Value::Null))
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Strict, A::Error> {
+        let mut items = Vec::new();
+        while let Some(Strict(v)) = seq.next_element()? {
+            items.push(v);
+        }
+        Ok(Strict(Value::Array(items)))
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Strict, A::Error> {
+        let mut obj = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if obj.contains_key(&key) {
+                return Err(serde::de::Error::custom(format!(
+                    "{DUPLICATE_KEY} `{key}` in a JSON object"
+                )));
+            }
+            let Strict(v) = map.next_value()?;
+            obj.insert(key, v);
+        }
+        Ok(Strict(Value::Object(obj)))
+    }
+}
+
+fn err(path: &str, message: String) -> ManifestError {
+    err_at(path, None, message)
+}
+
+fn err_at(path: &str, position: Option<(usize, usize)>, message: String) -> ManifestError {
+    ManifestError {
+        path: path.to_string(),
+        position,
+        message,
+    }
+}
+
+/// serde_json's (line, byte column) of the last byte read, as a 1-based (line, character
+/// column). Column 0 means it had just read a line break: the problem is at the end of the
+/// line before.
+fn json_position(text: &str, line: usize, column: usize) -> (usize, usize) {
+    let lines: Vec<&str> = text.split('\n').collect();
+    if column == 0 && line > 1 {
+        let prev = lines
+            .get(line - 2)
+            .map_or(0, |l| l.trim_end_matches('\r').chars().count());
+        return (line - 1, prev + 1);
+    }
+    let l = lines.get(line.saturating_sub(1)).copied().unwrap_or("");
+    let upto = column.min(l.len());
+    // Back up to a character boundary when the column falls inside a multi-byte character.
+    let upto = (0..=upto).rev().find(|&i| l.is_char_boundary(i)).unwrap_or(0);
+    (line, l[..upto].chars().count().max(1))
+}
+
+/// 1-based line and column (in characters) of a byte offset.
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, col)
+}
+
+/// True when `name` matches `^[a-z0-9][a-z0-9_-]{0,63}$`.
+pub fn valid_domain_name(name: &str) -> bool {
+    let b = name.as_bytes();
+    (1..=64).contains(&b.len())
+        && (b[0].is_ascii_lowercase() || b[0].is_ascii_digit())
+        && b.iter()
+            .all(|&c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'_' || c == b'-')
+}
+
+/// True when `name` matches `^[a-zA-Z0-9_-]{1,64}$`, the limit the major LLM APIs share.
+pub fn valid_tool_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-')
+}
+
+/// `display_name` default: `_`/`-` become spaces and each word is capitalised.
+fn default_display_name(name: &str) -> String {
+    name.split(['_', '-'])
+        .filter(|w| !w.is_empty())
+        .map(|w| {
+            let mut c = w.chars();
+            c.next()
+                .map(|f| f.to_uppercase().chain(c).collect::<String>())
+                .unwrap_or_default()
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The fields shared by both formats' domain-level metadata.
+struct Meta {
+    display_name: Option<String>,
+    description: Option<String>,
+    settings_keys: Vec<String>,
+    keywords: Vec<String>,
+    core: bool,
+    fallback: bool,
+}
+
+struct Validator<'a> {
+    path: &'a str,
+    errors: Vec<ManifestError>,
+}
+
+impl Validator<'_> {
+    fn push(&mut self, message: String) {
+        self.errors.push(err(self.path, message));
+    }
+
+    fn native(&mut self, obj: Map<String, Value>) -> Option<Domain> {
+        for key in obj.keys() {
+            if !DOMAIN_FIELDS.contains(&key.as_str()) {
+                self.push(format!(
+                    "unknown field `{key}` (expected one of: {})",
+                    DOMAIN_FIELDS.join(", ")
+                ));
+            }
+        }
+        let name = match obj.get("name") {
+            None => {
+                self.push("missing required field `name`".into());
+                None
+            }
+            Some(v) => self.string(v, "`name`"),
+        };
+        if let Some(n) = &name {
+            self.check_domain_name(n);
+        }
+        let meta = self.meta(&obj);
+        let tools = match obj.get("tools") {
+            None => Vec::new(),
+            Some(Value::Array(items)) => items
+                .iter()
+                .enumerate()
+                .filter_map(|(i, t)| self.native_tool(i + 1, t))
+                .collect(),
+            Some(_) => {
+                self.push("field `tools` must be an array of tool objects".into());
+                Vec::new()
+            }
+        };
+        Some(self.domain(name?, meta, tools))
+    }
+
+    fn group_array(&mut self, items: Vec<Value>) -> Option<Domain> {
+        let stem = Path::new(self.path)
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .unwrap_or("")
+            .to_string();
+        self.check_domain_name(&stem);
+        let mut meta = None;
+        let mut tools = Vec::new();
+        for (i, item) in items.iter().enumerate() {
+            let n = i + 1;
+            let Value::Object(obj) = item else {
+                self.push(format!("element #{n} must be an object"));
+                continue;
+            };
+            if let Some(flag) = obj.get("_meta") {
+                if i > 0 {
+                    self.push(format!(
+                        "element #{n}: a `_meta` element must be the first element"
+                    ));
+                } else if flag != &Value::Bool(true) {
+                    self.push("element #1: `_meta` must be `true`".into());
+                } else {
+                    self.unknown_fields(obj, META_FIELDS, "element #1 (`_meta`)");
+                    meta = Some(self.meta(obj));
+                }
+                continue;
+            }
+            let label = tool_label(n, obj);
+            self.unknown_fields(obj, GROUP_TOOL_FIELDS, &label);
+            if let Some(t) = self.group_tool(n, obj) {
+                tools.push(t);
+            }
+        }
+        let meta = meta.unwrap_or(Meta {
+            display_name: None,
+            description: None,
+            settings_keys: Vec::new(),
+            keywords: Vec::new(),
+            core: false,
+            fallback: true,
+        });
+        Some(self.domain(stem, meta, tools))
+    }
+
+    fn domain(&self, name: String, meta: Meta, tools: Vec<Tool>) -> Domain {
+        Domain {
+            display_name: meta.display_name.unwrap_or_else(|| default_display_name(&name)),
+            description: meta
+                .description
+                .unwrap_or_else(|| format!("Tools from {name} group")),
+            name,
+            settings_keys: meta.settings_keys,
+            keywords: meta.keywords,
+            core: meta.core,
+            fallback: meta.fallback,
+            tools,
+            source: self.path.to_string(),
+        }
+    }
+
+    fn check_domain_name(&mut self, name: &str) {
+        if !valid_domain_name(name) {
+            self.push(format!(
+                "domain name `{name}` is invalid: it must match ^[a-z0-9][a-z0-9_-]{{0,63}}$"
+            ));
+        }
+    }
+
+    fn meta(&mut self, obj: &Map<String, Value>) -> Meta {
+        let keywords = self.strings(obj, "keywords");
+        for (i, k) in keywords.iter().enumerate() {
+            if k.trim().is_empty() {
+                self.push(format!("keyword #{} is empty or whitespace-only", i + 1));
+            }
+        }
+        let settings_keys = self.strings(obj, "settings_keys");
+        for (i, k) in settings_keys.iter().enumerate() {
+            if k.trim().is_empty() {
+                self.push(format!("settings key #{} is empty or whitespace-only", i + 1));
+            }
+        }
+        Meta {
+            display_name: obj
+                .get("display_name")
+                .and_then(|v| self.string(v, "`display_name`")),
+            description: obj
+                .get("description")
+                .and_then(|v| self.string(v, "`description`")),
+            settings_keys,
+            keywords,
+            core: self.bool(obj, "core", false),
+            fallback: self.bool(obj, "fallback", true),
+        }
+    }
+
+    fn native_tool(&mut self, n: usize, value: &Value) -> Option<Tool> {
+        let Value::Object(obj) = value else {
+            self.push(format!("tool #{n} must be an object"));
+            return None;
+        };
+        let label = tool_label(n, obj);
+        self.unknown_fields(obj, TOOL_FIELDS, &label);
+        let schema = match obj.get("input_schema") {
+            None => Some(default_schema()),
+            Some(Value::Object(s)) if s.get("type") == Some(&Value::String("object".into())) => {
+                let schema = Value::Object(s.clone());
+                self.check_schema(&label, "input_schema", &schema)
+                    .then_some(schema)
+            }
+            Some(_) => {
+                self.push(format!(
+                    "{label}: `input_schema` must be a JSON object whose `type` is \"object\""
+                ));
+                None
+            }
+        };
+        self.tool(&label, obj, schema)
+    }
+
+    fn group_tool(&mut self, n: usize, obj: &Map<String, Value>) -> Option<Tool> {
+        let label = tool_label(n, obj);
+        let schema = match obj.get("parameters") {
+            None => Some(default_schema()),
+            Some(Value::Object(p)) => {
+                let mut s = Map::new();
+                s.insert("type".into(), Value::String("object".into()));
+                let mut ok = true;
+                for (k, v) in p {
+                    match k.as_str() {
+                        "type" if v != "object" => ok = false,
+                        "type" => {}
+                        _ => {
+                            s.insert(k.clone(), v.clone());
+                        }
+                    }
+                }
+                s.entry("properties").or_insert_with(|| Value::Object(Map::new()));
+                let props_ok = s["properties"].is_object();
+                let required_ok = s
+                    .get("required")
+                    .is_none_or(|r| r.as_array().is_some_and(|a| a.iter().all(Value::is_string)));
+                if ok && props_ok && required_ok {
+                    let schema = Value::Object(s);
+                    self.check_schema(&label, "parameters", &schema).then_some(schema)
+                } else {
+                    self.push(format!(
+                        "{label}: `parameters` must be {{\"properties\": {{...}}, \"required\": [names]}} (its type, if given, \"object\")"
+                    ));
+                    None
+                }
+            }
+            Some(_) => {
+                self.push(format!("{label}: `parameters` must be a JSON object"));
+                None
+            }
+        };
+        self.tool(&label, obj, schema)
+    }
+
+    /// The checks both formats share: name, description, tier.
+    fn tool(&mut self, label: &str, obj: &Map<String, Value>, schema: Option<Value>) -> Option<Tool> {
+        let name = match obj.get("name") {
+            None => {
+                self.push(format!("{label}: missing required field `name`"));
+                None
+            }
+            Some(v) => self.string(v, &format!("{label}: `name`")),
+        };
+        if let Some(n) = &name
+            && !valid_tool_name(n)
+        {
+            self.push(format!(
+                "{label}: tool name is invalid: it must match ^[a-zA-Z0-9_-]{{1,64}}$"
+            ));
+        }
+        let description = match obj.get("description") {
+            None => {
+                self.push(format!("{label}: missing required field `description`"));
+                None
+            }
+            Some(v) => self.string(v, &format!("{label}: `description`")),
+        };
+        if description.as_deref().is_some_and(|d| d.trim().is_empty()) {
+            self.push(format!("{label}: `description` is empty"));
+        }
+        let tier = match obj.get("tier") {
+            None => Some(Tier::Unspecified),
+            Some(v) => {
+                let t = v.as_str().and_then(Tier::parse);
+                if t.is_none() {
+                    self.push(format!(
+                        "{label}: `tier` must be one of read, modify, destructive (got {v})"
+                    ));
+                }
+                t
+            }
+        };
+        Some(Tool {
+            name: name?,
+            description: description?,
+            // Serialising a `Value` cannot fail: its keys are strings.
+            input_schema_json: serde_json::to_string(&schema?).ok()?,
+            tier: tier?,
+        })
+    }
+
+    /// Reports every key of `obj` not in `allowed`, so a typo (`"keywrods"`) is an error
+    /// instead of a silently missing field.
+    fn unknown_fields(&mut self, obj: &Map<String, Value>, allowed: &[&str], label: &str) {
+        for key in obj.keys() {
+            if !allowed.contains(&key.as_str()) {
+                let prefix = if label.is_empty() {
+                    String::new()
+                } else {
+                    format!("{label}: ")
+                };
+                self.push(format!(
+                    "{prefix}unknown field `{key}` (expected one of: {})",
+                    allowed.join(", ")
+                ));
+            }
+        }
+    }
+
+    /// A tool's input schema must be a valid JSON Schema (draft 2020-12 meta-schema) and its
+    /// `required` lists may name only properties it defines. Returns whether it passed.
+    fn check_schema(&mut self, label: &str, field: &str, schema: &Value) -> bool {
+        if let Err(e) = jsonschema::draft202012::meta::validate(schema) {
+            let at = e.instance_path().to_string();
+            let at = if at.is_empty() {
+                String::new()
+            } else {
+                format!(" at {at}")
+            };
+            self.push(format!(
+                "{label}: `{field}` is not a valid JSON Schema (draft 2020-12){at}: {e}"
+            ));
+            return false;
+        }
+        let mut missing = Vec::new();
+        undefined_required(schema, "", true, &mut missing);
+        for (at, name) in &missing {
+            self.push(format!(
+                "{label}: `{field}`{at} lists `{name}` in `required` but does not define it in `properties`"
+            ));
+        }
+        missing.is_empty()
+    }
+
+    fn string(&mut self, v: &Value, what: &str) -> Option<String> {
+        match v {
+            Value::String(s) => Some(s.clone()),
+            _ => {
+                self.push(format!("{what} must be a string"));
+                None
+            }
+        }
+    }
+
+    fn strings(&mut self, obj: &Map<String, Value>, field: &str) -> Vec<String> {
+        match obj.get(field) {
+            None => Vec::new(),
+            Some(Value::Array(a)) if a.iter().all(Value::is_string) => {
+                a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect()
+            }
+            Some(_) => {
+                self.push(format!("field `{field}` must be an array of strings"));
+                Vec::new()
+            }
+        }
+    }
+
+    fn bool(&mut self, obj: &Map<String, Value>, field: &str, default: bool) -> bool {
+        match obj.get(field) {
+            None => default,
+            Some(Value::Bool(b)) => *b,
+            Some(_) => {
+                self.push(format!("field `{field}` must be true or false"));
+                default
+            }
+        }
+    }
+}
+
+fn tool_label(n: usize, obj: &Map<String, Value>) -> String {
+    match obj.get("name").and_then(Value::as_str) {
+        Some(name) => format!("tool #{n} `{name}`"),
+        None => format!("tool #{n}"),
+    }
+}
+
+/// Collects (location, name) for each `required` entry that names no property of its schema
+/// object. A nested schema is judged only where it lists `properties` itself (it may take its
+/// properties from elsewhere, e.g. `allOf`); the top level also when it lists none, unless it
+/// composes or opens its properties.
+fn undefined_required(schema: &Value, at: &str, top: bool, out: &mut Vec<(String, String)>) {
+    let Value::Object(obj) = schema else { return };
+    let open = [
+        "allOf",
+        "anyOf",
+        "oneOf",
+        "$ref",
+        "$dynamicRef",
+        "patternProperties",
+        "additionalProperties",
+        "if",
+        "dependentSchemas",
+        "unevaluatedProperties",
+    ]
+    .iter()
+    .any(|k| obj.contains_key(*k));
+    let props = obj.get("properties").and_then(Value::as_object);
+    if let Some(Value::Array(required)) = obj.get("required")
+        && (props.is_some() || (top && !open))
+    {
+        for name in required.iter().filter_map(Value::as_str) {
+            if !props.is_some_and(|p| p.contains_key(name)) {
+                let loc = if at.is_empty() {
+                    String::new()
+                } else {
+                    format!(" at {at}")
+                };
+                out.push((loc, name.to_string()));
+            }
+        }
+    }
+    for (key, value) in obj {
+        match key.as_str() {
+            "properties" | "$defs" | "definitions" | "patternProperties" | "dependentSchemas" => {
+                if let Value::Object(children) = value {
+                    for (name, child) in children {
+                        undefined_required(child, &format!("{at}/{key}/{name}"), false, out);
+                    }
+                }
+            }
+            "items"
+            | "additionalProperties"
+            | "not"
+            | "if"
+            | "then"
+            | "else"
+            | "contains"
+            | "unevaluatedItems"
+            | "unevaluatedProperties"
+            | "propertyNames" => {
+                undefined_required(value, &format!("{at}/{key}"), false, out);
+            }
+            "allOf" | "anyOf" | "oneOf" | "prefixItems" => {
+                if let Value::Array(children) = value {
+                    for (i, child) in children.iter().enumerate() {
+                        undefined_required(child, &format!("{at}/{key}/{i}"), false, out);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+fn default_schema() -> Value {
+    serde_json::json!({"type": "object", "properties": {}})
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,120 @@
+//! The registry as a whole: the demo passes the validation user manifests get, the version
+//! follows the content, `check` warnings, folders read once, and keyword id order.
+
+use super::*;
+
+#[test]
+fn the_demo_registry_passes_the_same_validation_as_user_manifests() {
+    let r = Registry::from_sources(DEMO.iter().map(|(p, t)| (*p, *t))).expect("demo is valid");
+    assert!(r.domains().len() >= 10, "at least 10 domains");
+    assert!(r.tool_count() >= 60, "at least 60 tools");
+    assert_eq!(
+        r.domains().iter().filter(|d| d.core).count(),
+        1,
+        "one core domain"
+    );
+    assert!(r.domains().iter().any(|d| !d.settings_keys.is_empty()));
+    assert!(DEMO.iter().any(|(p, _)| p.ends_with(".toml")), "a TOML manifest");
+    assert!(
+        DEMO.iter()
+            .any(|(p, t)| p.ends_with(".json") && t.trim_start().starts_with('[')),
+        "a group-array manifest"
+    );
+    for d in r.domains() {
+        for t in &d.tools {
+            let schema: serde_json::Value = serde_json::from_str(&t.input_schema_json).unwrap();
+            assert_eq!(schema["type"], "object", "{}", t.name);
+        }
+    }
+}
+
+#[test]
+fn equal_content_gives_equal_versions_and_any_change_a_new_one() {
+    let a = Registry::demo();
+    let b = Registry::demo();
+    assert_eq!(a.version(), b.version());
+    let mut domains = a.domains().to_vec();
+    domains[0].tools[0].description.push('!');
+    let c = Registry::new(domains).unwrap();
+    assert_ne!(a.version(), c.version());
+}
+
+#[test]
+fn check_warns_about_missing_tiers_long_descriptions_empty_folders_and_skipped_files() {
+    let root = tempfile::tempdir().unwrap();
+    let (full, empty) = (root.path().join("full"), root.path().join("empty"));
+    std::fs::create_dir_all(&full).unwrap();
+    std::fs::create_dir_all(&empty).unwrap();
+    let long = "x".repeat(MAX_DESCRIPTION_CHARS + 1);
+    std::fs::write(
+        full.join("a.json"),
+        format!(
+            r#"{{"name": "a", "tools": [{{"name": "no_tier", "description": "d"}},
+                    {{"name": "wordy", "description": "{long}", "tier": "read"}},
+                    {{"name": "fine", "description": "{}", "tier": "read"}}]}}"#,
+            "y".repeat(MAX_DESCRIPTION_CHARS)
+        ),
+    )
+    .unwrap();
+    std::fs::write(full.join("README.md"), "notes").unwrap();
+    std::fs::write(full.join("b.yaml"), "name: b").unwrap();
+    let (registry, warnings) = Registry::check_dirs(&[full.clone(), empty.clone()]);
+    let registry = registry.expect("warnings do not fail the load");
+    assert_eq!(registry.tool_count(), 3);
+    let shown: Vec<String> = warnings.iter().map(ToString::to_string).collect();
+    let expect = [
+        (
+            full.join("README.md"),
+            "skipped: only *.json and *.toml files are manifests",
+        ),
+        (full.join("b.yaml"), "skipped"),
+        (empty.clone(), "the folder holds no manifest"),
+        (full.join("a.json"), "tool `no_tier` has no tier"),
+        (
+            full.join("a.json"),
+            "tool `wordy` has a description of 1025 characters (over 1024)",
+        ),
+    ];
+    assert_eq!(warnings.len(), expect.len(), "{shown:#?}");
+    for (path, text) in expect {
+        let path = path.display().to_string();
+        assert!(
+            warnings
+                .iter()
+                .any(|w| w.path == path && w.message.contains(text)),
+            "expected a warning on {path} containing {text:?}: {shown:#?}"
+        );
+    }
+}
+
+#[test]
+fn the_same_folder_given_twice_is_read_once() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("m");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("a.json"), r#"{"name": "a"}"#).unwrap();
+    let again = root.path().join("m/../m/");
+    let r = Registry::load_dirs(&[dir.clone(), dir.clone(), again]).expect("read once, no duplicate");
+    assert_eq!(r.domains().len(), 1);
+}
+
+#[test]
+fn the_demo_registry_draws_no_warning() {
+    let r = Registry::demo();
+    let shown: Vec<String> = r.warnings().iter().map(ToString::to_string).collect();
+    assert!(shown.is_empty(), "{shown:#?}");
+}
+
+#[test]
+fn keyword_ids_follow_domain_then_manifest_order() {
+    let r = Registry::demo();
+    let mut k = 0;
+    for (d, dom) in r.domains().iter().enumerate() {
+        for kw in &dom.keywords {
+            assert_eq!(r.keyword_domain(KeywordId(k)), DomainId(d));
+            assert_eq!(r.keyword(KeywordId(k)), kw);
+            k += 1;
+        }
+    }
+    assert_eq!(r.keywords().count(), k);
+}
