@@ -6,6 +6,12 @@ use std::path::Path;
 
 use serde_json::{Map, Value};
 
+mod schema;
+mod text;
+
+use schema::{default_schema, undefined_required};
+use text::{DUPLICATE_KEY, Strict, json_position, line_col};
+
 use super::{Domain, Tier, Tool};
 use crate::error::ManifestError;
 
@@ -109,72 +115,6 @@ pub fn parse(path: &str, text: &str) -> Result<Domain, Vec<ManifestError>> {
     }
 }
 
-/// How a duplicate key in a JSON object is reported (serde_json alone keeps the last one
-/// silently, so a repeated `"keywords"` would drop the first list unseen).
-const DUPLICATE_KEY: &str = "duplicate key";
-
-/// A JSON value read with duplicate object keys refused, each reported at its line:column.
-struct Strict(Value);
-
-impl<'de> serde::Deserialize<'de> for Strict {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_any(StrictVisitor)
-    }
-}
-
-struct StrictVisitor;
-
-impl<'de> serde::de::Visitor<'de> for StrictVisitor {
-    type Value = Strict;
-
-    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        f.write_str("any JSON value")
-    }
-    fn visit_bool<E>(self, v: bool) -> Result<Strict, E> {
-        Ok(Strict(Value::Bool(v)))
-    }
-    fn visit_i64<E>(self, v: i64) -> Result<Strict, E> {
-        Ok(Strict(Value::from(v)))
-    }
-    fn visit_u64<E>(self, v: u64) -> Result<Strict, E> {
-        Ok(Strict(Value::from(v)))
-    }
-    fn visit_f64<E>(self, v: f64) -> Result<Strict, E> {
-        Ok(Strict(
-            serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number),
-        ))
-    }
-    fn visit_str<E>(self, v: &str) -> Result<Strict, E> {
-        Ok(Strict(Value::String(v.to_string())))
-    }
-    fn visit_string<E>(self, v: String) -> Result<Strict, E> {
-        Ok(Strict(Value::String(v)))
-    }
-    fn visit_unit<E>(self) -> Result<Strict, E> {
-        Ok(Strict(Value::Null))
-    }
-    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Strict, A::Error> {
-        let mut items = Vec::new();
-        while let Some(Strict(v)) = seq.next_element()? {
-            items.push(v);
-        }
-        Ok(Strict(Value::Array(items)))
-    }
-    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Strict, A::Error> {
-        let mut obj = Map::new();
-        while let Some(key) = map.next_key::<String>()? {
-            if obj.contains_key(&key) {
-                return Err(serde::de::Error::custom(format!(
-                    "{DUPLICATE_KEY} `{key}` in a JSON object"
-                )));
-            }
-            let Strict(v) = map.next_value()?;
-            obj.insert(key, v);
-        }
-        Ok(Strict(Value::Object(obj)))
-    }
-}
-
 fn err(path: &str, message: String) -> ManifestError {
     err_at(path, None, message)
 }
@@ -185,32 +125,6 @@ fn err_at(path: &str, position: Option<(usize, usize)>, message: String) -> Mani
         position,
         message,
     }
-}
-
-/// serde_json's (line, byte column) of the last byte read, as a 1-based (line, character
-/// column). Column 0 means it had just read a line break: the problem is at the end of the
-/// line before.
-fn json_position(text: &str, line: usize, column: usize) -> (usize, usize) {
-    let lines: Vec<&str> = text.split('\n').collect();
-    if column == 0 && line > 1 {
-        let prev = lines
-            .get(line - 2)
-            .map_or(0, |l| l.trim_end_matches('\r').chars().count());
-        return (line - 1, prev + 1);
-    }
-    let l = lines.get(line.saturating_sub(1)).copied().unwrap_or("");
-    let upto = column.min(l.len());
-    // Back up to a character boundary when the column falls inside a multi-byte character.
-    let upto = (0..=upto).rev().find(|&i| l.is_char_boundary(i)).unwrap_or(0);
-    (line, l[..upto].chars().count().max(1))
-}
-
-/// 1-based line and column (in characters) of a byte offset.
-fn line_col(text: &str, offset: usize) -> (usize, usize) {
-    let before = &text[..offset.min(text.len())];
-    let line = before.matches('\n').count() + 1;
-    let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
-    (line, col)
 }
 
 /// True when `name` matches `^[a-z0-9][a-z0-9_-]{0,63}$`.
@@ -589,78 +503,6 @@ fn tool_label(n: usize, obj: &Map<String, Value>) -> String {
         Some(name) => format!("tool #{n} `{name}`"),
         None => format!("tool #{n}"),
     }
-}
-
-/// Collects (location, name) for each `required` entry that names no property of its schema
-/// object. A nested schema is judged only where it lists `properties` itself (it may take its
-/// properties from elsewhere, e.g. `allOf`); the top level also when it lists none, unless it
-/// composes or opens its properties.
-fn undefined_required(schema: &Value, at: &str, top: bool, out: &mut Vec<(String, String)>) {
-    let Value::Object(obj) = schema else { return };
-    let open = [
-        "allOf",
-        "anyOf",
-        "oneOf",
-        "$ref",
-        "$dynamicRef",
-        "patternProperties",
-        "additionalProperties",
-        "if",
-        "dependentSchemas",
-        "unevaluatedProperties",
-    ]
-    .iter()
-    .any(|k| obj.contains_key(*k));
-    let props = obj.get("properties").and_then(Value::as_object);
-    if let Some(Value::Array(required)) = obj.get("required")
-        && (props.is_some() || (top && !open))
-    {
-        for name in required.iter().filter_map(Value::as_str) {
-            if !props.is_some_and(|p| p.contains_key(name)) {
-                let loc = if at.is_empty() {
-                    String::new()
-                } else {
-                    format!(" at {at}")
-                };
-                out.push((loc, name.to_string()));
-            }
-        }
-    }
-    for (key, value) in obj {
-        match key.as_str() {
-            "properties" | "$defs" | "definitions" | "patternProperties" | "dependentSchemas" => {
-                if let Value::Object(children) = value {
-                    for (name, child) in children {
-                        undefined_required(child, &format!("{at}/{key}/{name}"), false, out);
-                    }
-                }
-            }
-            "items"
-            | "additionalProperties"
-            | "not"
-            | "if"
-            | "then"
-            | "else"
-            | "contains"
-            | "unevaluatedItems"
-            | "unevaluatedProperties"
-            | "propertyNames" => {
-                undefined_required(value, &format!("{at}/{key}"), false, out);
-            }
-            "allOf" | "anyOf" | "oneOf" | "prefixItems" => {
-                if let Value::Array(children) = value {
-                    for (i, child) in children.iter().enumerate() {
-                        undefined_required(child, &format!("{at}/{key}/{i}"), false, out);
-                    }
-                }
-            }
-            _ => {}
-        }
-    }
-}
-
-fn default_schema() -> Value {
-    serde_json::json!({"type": "object", "properties": {}})
 }
 
 #[cfg(test)]
