@@ -1,5 +1,5 @@
 //! Configuration: defaults < `--config` TOML < `TOOLROUTER_*` environment < flags.
-//! The environment and flags are merged by clap (see `cli::ServeArgs`); this file owns
+//! The environment and flags are merged by clap (see `cli::serve::ServeArgs`); this file owns
 //! the defaults and the TOML layer, both ways: read from `--config`, printed by
 //! `--print-config` and `DescribeServer`.
 
@@ -15,7 +15,7 @@ use crate::router::FallbackPolicy;
 use crate::search::{self, SearchMode};
 
 /// Log output format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum LogFormat {
     /// Human-readable lines.

@@ -14,7 +14,7 @@ use hdrhistogram::Histogram;
 use serde_json::Value;
 use tonic::Code;
 
-use crate::client::{Client, Connection};
+use crate::cli::connection::{Client, Connection};
 use crate::proto::{self, RouteRequest};
 
 /// Which calls the load generator sends.

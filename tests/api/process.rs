@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tonic::Code;
-use toolrouter::client::{Client, Connection};
+use toolrouter::cli::connection::{Client, Connection};
 use toolrouter::db::Db;
 use toolrouter::proto::{InvalidateSettingsRequest, ListGroupsRequest, LoadToolGroupRequest, RouteRequest};
 

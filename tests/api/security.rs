@@ -7,7 +7,7 @@ use tonic::Code;
 use tonic_health::pb::{
     HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient,
 };
-use toolrouter::client::Connection;
+use toolrouter::cli::connection::Connection;
 use toolrouter::config::Config;
 use toolrouter::proto::{ListGroupsRequest, RouteRequest};
 
