@@ -26,7 +26,6 @@
 //!   tests reach a daemon (token, TLS, timeout).
 #![warn(missing_docs)]
 
-pub mod bench;
 pub mod cli;
 pub mod codec;
 pub mod config;

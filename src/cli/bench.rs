@@ -1,18 +1,23 @@
-//! `bench`: the benchmark tools: the gRPC load generator (`crate::bench::grpc`), the
-//! transport-floor server, the settings flipper of the soak, and workload export.
+//! `bench grpc`: the load generator operators point at a deployment. A tonic client sends
+//! requests at a fixed concurrency for a fixed time, checks every status, decodes every
+//! response, and reports requests/s and exact latency percentiles (every latency is kept,
+//! one `u64` per call, and sorted once at the end).
+//!
+//! Two workloads: `route` (only `Route`, no conversation: the throughput benchmark) and
+//! `mixed` (the soak: mostly `Route` within conversations, plus `LoadToolGroup`,
+//! `ListGroups`, `InvalidateSettings` and `ReloadRegistry`).
 
-use std::path::PathBuf;
-use std::time::Duration;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use clap::Subcommand;
+use serde_json::Value;
+use tonic::Code;
 
 use super::Failure;
-use super::connection::Connection;
-use super::serve::{ServeArgs, init_tracing, shutdown_signal};
-use crate::db::Db;
-use crate::proto;
-use crate::registry::Registry;
-use crate::state::State;
+use super::connection::{Client, Connection};
+use crate::proto::{self, RouteRequest};
 
 /// `bench` tools.
 #[derive(Debug, Subcommand)]
@@ -28,237 +33,373 @@ pub enum BenchCommand {
         /// Requests in flight at once.
         #[arg(long, default_value_t = 1)]
         concurrency: usize,
-        /// Messages, one per line (a JSON string, a JSON object with `query`, or text)
-        /// [default: the demo workload's messages].
+        /// Messages, one per line (a JSON string, a JSON object with `query` or `message`, or
+        /// text), sent in turn.
         #[arg(long)]
-        messages: Option<PathBuf>,
+        messages: PathBuf,
         /// Which calls to send: `route` (throughput) or `mixed` (the soak).
         #[arg(long, value_enum, default_value = "route")]
-        mix: crate::bench::grpc::Mix,
+        mix: Mix,
     },
-    /// Flip settings in the database for a while, as a busy settings UI would: each tick sets
-    /// or clears one settings key of the registry. Exits 1 if any write failed.
-    FlipSettings {
-        /// The database the daemon uses.
-        #[arg(long, env = "TOOLROUTER_DATABASE", default_value = "sqlite://toolrouter.db")]
-        database: String,
-        /// The daemon's manifest folders, for the settings keys [default: the demo registry].
-        #[arg(long, value_delimiter = ':')]
-        manifests: Vec<PathBuf>,
-        /// How long to keep flipping, e.g. `60s`.
-        #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
-        duration: Duration,
-        /// Time between writes, e.g. `20ms`.
-        #[arg(long, default_value = "20ms", value_parser = humantime::parse_duration)]
-        every: Duration,
-    },
-    /// Serve `Route` with the daemon's answers prebuilt, without routing: the transport floor.
-    BaselineServer {
-        /// The same registry, database and listen flags as `serve`.
-        #[command(flatten)]
-        serve: Box<ServeArgs>,
-        /// The messages the load generator will send; their answers are prebuilt.
-        #[arg(long)]
-        messages: Option<PathBuf>,
-    },
-    /// Write a benchmark workload as manifests, a messages file and a database whose settings
-    /// activate every domain, to serve it for real.
-    Export {
-        /// `demo`, `seal`, `stb` or `scale-N` (N tools).
-        workload: String,
-        /// Folder to write `manifests/`, `messages.jsonl`, `toolrouter.db` and, for the eval
-        /// sets, `queries.jsonl` (labelled, for `toolrouter eval`) into.
-        #[arg(long)]
-        out: PathBuf,
-        /// The eval data folder.
-        #[arg(long, env = "TOOLROUTER_EVAL_DIR", default_value = "../shared/eval")]
-        eval: PathBuf,
-    },
-}
-
-fn bench_messages(path: Option<&std::path::Path>) -> Result<Vec<String>, Failure> {
-    match path {
-        Some(p) => Ok(crate::bench::grpc::read_messages(p)?),
-        None => Ok(crate::bench::eval::demo().messages),
-    }
 }
 
 pub(super) async fn bench(command: BenchCommand) -> Result<(), Failure> {
-    match command {
-        BenchCommand::Grpc {
-            conn,
-            duration,
-            concurrency,
-            messages,
-            mix,
-        } => {
-            if concurrency == 0 {
-                return Err(Failure::config("--concurrency must be at least 1"));
-            }
-            let messages = bench_messages(messages.as_deref())?;
-            let r = crate::bench::grpc::run(&conn, duration, concurrency, messages, mix).await?;
-            out!(
-                "{:.0} requests/s, p50 {} µs, p99 {} µs, p99.9 {} µs, {} errors ({} ok, {} refused as specified, concurrency {}, {:.1} s)",
-                r.requests_per_sec,
-                r.p50_us,
-                r.p99_us,
-                r.p999_us,
-                r.errors,
-                r.ok,
-                r.refused,
-                r.concurrency,
-                r.seconds
-            );
-            out!("{}", serde_json::to_string(&r).unwrap_or_default());
-            if r.errors > 0 {
-                return Err(Failure::runtime(format!("{} requests failed", r.errors)));
-            }
-            Ok(())
-        }
-        BenchCommand::BaselineServer { serve, messages } => {
-            baseline_server(&serve, messages.as_deref()).await
-        }
-        BenchCommand::Export { workload, out, eval } => export(&workload, &out, &eval).await,
-        BenchCommand::FlipSettings {
-            database,
-            manifests,
-            duration,
-            every,
-        } => flip_settings(&database, &manifests, duration, every).await,
+    let BenchCommand::Grpc {
+        conn,
+        duration,
+        concurrency,
+        messages,
+        mix,
+    } = command;
+    if concurrency == 0 {
+        return Err(Failure::config("--concurrency must be at least 1"));
     }
+    let messages = read_messages(&messages)?;
+    let r = run(&conn, duration, concurrency, messages, mix).await?;
+    out!(
+        "{:.0} requests/s, p50 {} µs, p99 {} µs, p99.9 {} µs, {} errors ({} ok, {} refused as specified, concurrency {}, {:.1} s)",
+        r.requests_per_sec,
+        r.p50_us,
+        r.p99_us,
+        r.p999_us,
+        r.errors,
+        r.ok,
+        r.refused,
+        r.concurrency,
+        r.seconds
+    );
+    out!("{}", serde_json::to_string(&r).unwrap_or_default());
+    if r.errors > 0 {
+        return Err(Failure::runtime(format!("{} requests failed", r.errors)));
+    }
+    Ok(())
 }
 
-async fn baseline_server(serve: &ServeArgs, messages: Option<&std::path::Path>) -> Result<(), Failure> {
-    use crate::proto::tool_router_server::ToolRouter as _;
-    let config = serve.config()?;
-    init_tracing(config.log_format);
-    let registry = Registry::load(&config.manifests)?;
-    let messages = bench_messages(messages)?;
-    // The daemon's own answers, through the real service, are what the baseline sends.
-    let state = State::new(registry, &config).await?;
-    let real = crate::service::ToolRouterService::new(state.clone());
-    let mut answers = Vec::new();
-    for message in messages {
-        let req = tonic::Request::new(proto::RouteRequest {
-            message: message.clone(),
-            ..proto::RouteRequest::default()
-        });
-        answers.push((message, real.route(req).await?.into_inner()));
-    }
-    state.close().await;
-    let baseline = crate::bench::baseline::BaselineService::from_answers(answers)
-        .ok_or_else(|| Failure::config("no messages to build the baseline answer from"))?;
-    let listener = tokio::net::TcpListener::bind(config.listen)
-        .await
-        .map_err(|e| Failure::runtime(format!("cannot listen on {}: {e}", config.listen)))?;
-    tracing::info!(listen = %config.listen, response_bytes = baseline.response_bytes(), "baseline serving");
-    let (reporter, health) = tonic_health::server::health_reporter();
-    reporter
-        .set_service_status("", tonic_health::ServingStatus::Serving)
-        .await;
-    tonic::transport::Server::builder()
-        .add_service(health)
-        .add_service(proto::tool_router_server::ToolRouterServer::new(baseline))
-        // No drain phase here: the shutdown signal stops it at once.
-        .serve_with_incoming_shutdown(
-            crate::server::incoming(
-                listener,
-                tokio::sync::watch::channel(false).1,
-                config.handshake_timeout,
-            ),
-            shutdown_signal(),
-        )
-        .await
-        .map_err(|e| Failure::runtime(format!("server failed: {e}")))
+/// Which calls the load generator sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Mix {
+    /// Only `Route`, without a conversation.
+    Route,
+    /// Of every 100 calls: 90 `Route` (two in three within a conversation), 4
+    /// `LoadToolGroup`, 3 `ListGroups`, 2 `InvalidateSettings`, 1 `ReloadRegistry`.
+    Mixed,
 }
 
-async fn flip_settings(
-    database: &str,
-    manifests: &[PathBuf],
-    duration: Duration,
-    every: Duration,
-) -> Result<(), Failure> {
-    let registry = Registry::load(manifests)?;
-    let mut keys: Vec<String> = registry
-        .domains()
-        .iter()
-        .flat_map(|d| d.settings_keys.iter().cloned())
+/// What one run measured.
+#[derive(Debug, Clone, serde::Serialize)]
+struct Report {
+    /// Requests answered OK per second.
+    requests_per_sec: f64,
+    /// Median latency, microseconds.
+    p50_us: u64,
+    /// 99th percentile latency, microseconds.
+    p99_us: u64,
+    /// 99.9th percentile latency, microseconds.
+    p999_us: u64,
+    /// Requests that failed unexpectedly (any other non-OK status or transport error).
+    errors: u64,
+    /// Requests answered OK.
+    ok: u64,
+    /// `LoadToolGroup` calls refused as the contract says they must be (`FAILED_PRECONDITION`
+    /// for a group the flipped settings made inactive): correct answers, not errors.
+    refused: u64,
+    /// OK answers per call.
+    calls: BTreeMap<&'static str, u64>,
+    /// Unexpected failures per call and status code, e.g. `Route UNAVAILABLE`.
+    failures: BTreeMap<String, u64>,
+    /// Concurrent in-flight requests.
+    concurrency: usize,
+    /// Measured duration, seconds.
+    seconds: f64,
+}
+
+/// Reads messages: one per line, each a JSON string, a JSON object with `query` or
+/// `message` (so the eval `queries.jsonl` files work as they are), or plain text.
+///
+/// # Errors
+/// An unreadable file, or one without any message.
+pub fn read_messages(path: &Path) -> crate::Result<Vec<String>> {
+    let text = std::fs::read_to_string(path).map_err(|source| crate::Error::Io {
+        context: format!("cannot read {}", path.display()),
+        source,
+    })?;
+    let messages: Vec<String> = text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|line| match serde_json::from_str::<Value>(line) {
+            Ok(Value::String(s)) => s,
+            Ok(Value::Object(o)) => o
+                .get("query")
+                .or_else(|| o.get("message"))
+                .and_then(Value::as_str)
+                .unwrap_or(line)
+                .to_string(),
+            _ => line.to_string(),
+        })
         .collect();
-    keys.sort();
-    keys.dedup();
-    if keys.is_empty() {
-        return Err(Failure::config("the registry has no settings keys to flip"));
+    if messages.is_empty() {
+        return Err(crate::Error::Config(format!(
+            "{} holds no messages",
+            path.display()
+        )));
     }
-    let db = Db::connect(database).await?;
-    let deadline = std::time::Instant::now() + duration;
-    let (mut writes, mut failures) = (0u64, 0u64);
-    let mut tick = tokio::time::interval(every);
-    let mut n = 0usize;
-    while std::time::Instant::now() < deadline {
-        tick.tick().await;
-        // Each key in turn; a key is set on even rounds over the list and cleared on odd ones.
-        let key = &keys[n % keys.len()];
-        let on = (n / keys.len()).is_multiple_of(2);
-        n += 1;
-        let result = if on {
-            db.set_setting(key, "on").await
-        } else {
-            db.unset_setting(key).await.map(drop)
-        };
-        match result {
-            Ok(()) => writes += 1,
-            Err(e) => {
-                failures += 1;
-                eprintln!("write failed: {e}");
-            }
-        }
-    }
-    db.close().await;
-    out!(
-        "{writes} settings writes, {failures} failed, over {} keys",
-        keys.len()
-    );
-    if failures > 0 {
-        return Err(Failure::runtime(format!("{failures} settings writes failed")));
-    }
-    Ok(())
+    Ok(messages)
 }
 
-async fn export(workload: &str, out: &std::path::Path, eval: &std::path::Path) -> Result<(), Failure> {
-    use crate::bench::eval as w;
-    let load = match workload {
-        "demo" => w::demo(),
-        "seal" => w::seal(eval)?,
-        "stb" => w::stb(eval)?,
-        other => match other.strip_prefix("scale-").and_then(|n| n.parse().ok()) {
-            Some(n) => w::scale(n),
-            None => {
-                return Err(Failure::config(format!(
-                    "unknown workload {other:?}: use demo, seal, stb or scale-N"
-                )));
-            }
+/// The latency at quantile `q` of `sorted` latencies, by nearest rank (the smallest value
+/// at least a `q` share of the calls did not exceed); 0 when there are none.
+fn percentile(sorted: &[u64], q: f64) -> u64 {
+    let rank = (q * sorted.len() as f64).ceil() as usize;
+    sorted
+        .get(rank.clamp(1, sorted.len().max(1)) - 1)
+        .copied()
+        .unwrap_or(0)
+}
+
+/// What one worker saw.
+struct Tally {
+    /// Latency of every OK call, microseconds.
+    latencies: Vec<u64>,
+    ok: u64,
+    errors: u64,
+    refused: u64,
+    calls: BTreeMap<&'static str, u64>,
+    failures: BTreeMap<String, u64>,
+}
+
+/// How one call ended.
+enum Outcome {
+    Ok,
+    Refused,
+    /// What kind of failure (the status code, or `empty answer`) and the details.
+    Failed {
+        kind: String,
+        detail: String,
+    },
+}
+
+fn outcome<T>(result: Result<tonic::Response<T>, tonic::Status>, valid: impl FnOnce(&T) -> bool) -> Outcome {
+    match result {
+        Ok(r) if valid(r.get_ref()) => Outcome::Ok,
+        Ok(_) => Outcome::Failed {
+            kind: "empty answer".into(),
+            detail: String::new(),
         },
+        Err(s) => Outcome::Failed {
+            kind: format!("{:?}", s.code()),
+            detail: s.message().to_string(),
+        },
+    }
+}
+
+/// One call of the mix, chosen by the worker's call counter.
+async fn call(
+    client: &mut Client,
+    mix: Mix,
+    worker: usize,
+    n: usize,
+    message: String,
+    groups: &[String],
+) -> (&'static str, Outcome) {
+    let slot = n % 100;
+    // Conversations of 50 calls each, distinct per worker; built only for the calls that use
+    // one, so the Route-only benchmark allocates nothing extra per call.
+    let conversation = || format!("soak-{worker}-{}", n / 50);
+    match (mix, slot) {
+        (Mix::Route, _) | (Mix::Mixed, 10..) => {
+            let conversation_id = if mix == Mix::Mixed && !slot.is_multiple_of(3) {
+                conversation()
+            } else {
+                String::new()
+            };
+            let r = client
+                .route(RouteRequest {
+                    message,
+                    conversation_id,
+                    ..RouteRequest::default()
+                })
+                .await;
+            (
+                "Route",
+                outcome(r, |r| !r.tools.is_empty() || !r.domains.is_empty()),
+            )
+        }
+        (Mix::Mixed, 0..=3) => {
+            let group_name = groups.get(n % groups.len().max(1)).cloned().unwrap_or_default();
+            let r = client
+                .load_tool_group(proto::LoadToolGroupRequest {
+                    conversation_id: conversation(),
+                    group_name,
+                })
+                .await;
+            let o = match r {
+                Err(s) if s.code() == Code::FailedPrecondition => Outcome::Refused,
+                r => outcome(r, |r| r.group.is_some()),
+            };
+            ("LoadToolGroup", o)
+        }
+        (Mix::Mixed, 4..=6) => {
+            let r = client.list_groups(proto::ListGroupsRequest {}).await;
+            ("ListGroups", outcome(r, |r| !r.groups.is_empty()))
+        }
+        (Mix::Mixed, 7..=8) => {
+            let r = client
+                .invalidate_settings(proto::InvalidateSettingsRequest {})
+                .await;
+            ("InvalidateSettings", outcome(r, |_| true))
+        }
+        (Mix::Mixed, _) => {
+            let r = client.reload_registry(proto::ReloadRegistryRequest {}).await;
+            ("ReloadRegistry", outcome(r, |r| r.domains > 0))
+        }
+    }
+}
+
+/// Sends the `mix` to the daemon from `concurrency` tasks for `duration`.
+///
+/// # Errors
+/// When the daemon cannot be reached at all.
+async fn run(
+    conn: &Connection,
+    duration: Duration,
+    concurrency: usize,
+    messages: Vec<String>,
+    mix: Mix,
+) -> crate::Result<Report> {
+    let client = conn.client().await?.max_decoding_message_size(64 << 20);
+    // Every non-core group, for LoadToolGroup.
+    let groups: Vec<String> = if mix == Mix::Mixed {
+        let mut c = client.clone();
+        let all = c
+            .list_groups(proto::ListGroupsRequest {})
+            .await
+            .map_err(|s| crate::Error::Unavailable(format!("ListGroups failed: {}", s.message())))?;
+        all.into_inner()
+            .groups
+            .into_iter()
+            .filter(|g| !g.core)
+            .map(|g| g.name)
+            .collect()
+    } else {
+        Vec::new()
     };
-    let io = |e: std::io::Error| Failure::runtime(format!("cannot write to {}: {e}", out.display()));
-    let manifests = out.join("manifests");
-    std::fs::create_dir_all(&manifests).map_err(io)?;
-    w::write_manifests(&load.registry, &manifests).map_err(io)?;
-    w::write_messages(&load.messages, &out.join("messages.jsonl")).map_err(io)?;
-    if !load.labelled.is_empty() {
-        w::write_labelled(&load.labelled, &out.join("queries.jsonl")).map_err(io)?;
+    let groups = std::sync::Arc::new(groups);
+    let messages = std::sync::Arc::new(messages);
+    // A short warm-up so connection set-up and first-touch allocation are not measured.
+    let warmup = Duration::from_millis(500).min(duration / 10);
+    let start = Instant::now();
+    let measure_from = start + warmup;
+    let deadline = measure_from + duration;
+    let mut tasks = Vec::with_capacity(concurrency);
+    for worker in 0..concurrency {
+        let mut client = client.clone();
+        let messages = messages.clone();
+        let groups = groups.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut t = Tally {
+                latencies: Vec::new(),
+                ok: 0,
+                errors: 0,
+                refused: 0,
+                calls: BTreeMap::new(),
+                failures: BTreeMap::new(),
+            };
+            let mut n = worker;
+            loop {
+                let sent = Instant::now();
+                if sent >= deadline {
+                    break;
+                }
+                let message = messages[n % messages.len()].clone();
+                let (name, result) = call(&mut client, mix, worker, n, message, &groups).await;
+                n += 1;
+                let took = sent.elapsed();
+                if sent < measure_from {
+                    continue;
+                }
+                match result {
+                    Outcome::Ok => {
+                        t.ok += 1;
+                        *t.calls.entry(name).or_default() += 1;
+                        t.latencies.push(took.as_micros() as u64);
+                    }
+                    Outcome::Refused => t.refused += 1,
+                    Outcome::Failed { kind, detail } => {
+                        if t.errors == 0 {
+                            tracing::warn!(call = name, %kind, %detail, "call failed");
+                        }
+                        t.errors += 1;
+                        *t.failures.entry(format!("{name} {kind}")).or_default() += 1;
+                    }
+                }
+            }
+            t
+        }));
     }
-    // The settings that activate every domain, in the database a daemon can be pointed at.
-    let db = Db::connect(&format!("sqlite://{}", out.join("toolrouter.db").display())).await?;
-    for (key, value) in load.settings.rows() {
-        db.set_setting(key, value).await?;
+    let mut latencies = Vec::new();
+    let (mut ok, mut errors, mut refused) = (0, 0, 0);
+    let mut calls = BTreeMap::new();
+    let mut failures = BTreeMap::new();
+    for task in tasks {
+        let t = task
+            .await
+            .map_err(|e| crate::Error::Config(format!("load task failed: {e}")))?;
+        latencies.extend(t.latencies);
+        ok += t.ok;
+        errors += t.errors;
+        refused += t.refused;
+        for (k, v) in t.calls {
+            *calls.entry(k).or_default() += v;
+        }
+        for (k, v) in t.failures {
+            *failures.entry(k).or_default() += v;
+        }
     }
-    db.close().await;
-    out!(
-        "wrote {} domains, {} tools and {} messages to {}",
-        load.registry.domains().len(),
-        load.registry.tool_count(),
-        load.messages.len(),
-        out.display()
-    );
-    Ok(())
+    latencies.sort_unstable();
+    let seconds = duration.as_secs_f64();
+    Ok(Report {
+        requests_per_sec: ok as f64 / seconds,
+        p50_us: percentile(&latencies, 0.50),
+        p99_us: percentile(&latencies, 0.99),
+        p999_us: percentile(&latencies, 0.999),
+        errors,
+        ok,
+        refused,
+        calls,
+        failures,
+        concurrency,
+        seconds,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_are_nearest_rank_over_every_latency() {
+        let sorted: Vec<u64> = (1..=1000).collect();
+        assert_eq!(percentile(&sorted, 0.50), 500);
+        assert_eq!(percentile(&sorted, 0.99), 990);
+        assert_eq!(percentile(&sorted, 0.999), 999);
+        assert_eq!(percentile(&[7], 0.999), 7);
+        assert_eq!(percentile(&[], 0.5), 0);
+    }
+
+    #[test]
+    fn messages_are_read_from_json_strings_objects_or_text() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.jsonl");
+        std::fs::write(
+            &path,
+            "\"a string\"\n{\"query\": \"a query\"}\n\n{\"message\": \"a message\"}\nplain text\n",
+        )
+        .unwrap();
+        assert_eq!(
+            read_messages(&path).unwrap(),
+            ["a string", "a query", "a message", "plain text"]
+        );
+        std::fs::write(&path, "\n").unwrap();
+        assert!(read_messages(&path).is_err());
+    }
 }

@@ -6,8 +6,7 @@
 //! - `settings`: edit the settings table like a settings UI would.
 //! - `check`: offline manifest validation and `keywords suggest`.
 //! - `eval`: routing quality over labelled messages, in-process.
-//! - [`bench`]: the benchmark tools (`bench grpc`, `baseline-server`, `flip-settings`,
-//!   `export`).
+//! - [`bench`]: `bench grpc`, the load generator for a running deployment.
 //!
 //! Exit codes: 0 ok, 1 runtime failure, 2 bad configuration or manifests.
 
@@ -166,7 +165,7 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Benchmark tools: the gRPC load generator and the transport-floor server.
+    /// Load-test a running daemon.
     Bench {
         /// Which tool.
         #[command(subcommand)]
