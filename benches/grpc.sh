@@ -13,10 +13,11 @@ workload=${1:-demo}
 duration=${2:-10s}
 rounds=${3:-3}
 bin=target/release/toolrouter
-cargo build --release --quiet
+tools=target/release/toolrouter-bench
+cargo build --release --workspace --quiet
 tmp=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$tmp"' EXIT
-"$bin" bench export "$workload" --out "$tmp" --eval "${TOOLROUTER_EVAL_DIR:-../shared/eval}" >&2
+"$tools" export "$workload" --out "$tmp" --eval "${TOOLROUTER_EVAL_DIR:-../shared/eval}" >&2
 if [ "$workload" = demo ]; then manifests=(); else manifests=(--manifests "$tmp/manifests"); fi
 flags=(--database "sqlite://$tmp/toolrouter.db" "${manifests[@]}" --log-format json)
 
@@ -31,7 +32,7 @@ start=$(date +%s%N)
 taskset -c 0 "$bin" serve --listen "127.0.0.1:$daemon_port" "${flags[@]}" 2>"$tmp/daemon.log" &
 daemon_pid=$!
 ready_ms=$(wait_ready $daemon_port "$start")
-taskset -c 0 "$bin" bench baseline-server --listen "127.0.0.1:$baseline_port" "${flags[@]}" \
+taskset -c 0 "$tools" baseline-server --listen "127.0.0.1:$baseline_port" "${flags[@]}" \
   --messages "$tmp/messages.jsonl" 2>"$tmp/baseline.log" &
 baseline_pid=$!
 wait_ready $baseline_port "$(date +%s%N)" >/dev/null

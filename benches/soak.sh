@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The soak run: the release daemon on loopback serves the mixed workload (mostly Route, plus
 # LoadToolGroup, ListGroups, InvalidateSettings and ReloadRegistry) from `toolrouter bench
-# grpc --mix mixed` while a second process flips settings in its database. Fails on any
-# unexpected error: from a call, from a settings write, in the daemon's log, or at shutdown.
+# grpc --mix mixed` over the demo messages while a second process (`toolrouter-bench
+# flip-settings`) flips settings in its database. Fails on any unexpected error: from a
+# call, from a settings write, in the daemon's log, or at shutdown.
 #
 #   benches/soak.sh [duration=60s] [concurrency=8]
 set -euo pipefail
@@ -10,8 +11,9 @@ cd "$(dirname "$0")/.."
 duration=${1:-60s}
 concurrency=${2:-8}
 
-cargo build --release --quiet
+cargo build --release --workspace --quiet
 bin=target/release/toolrouter
+tools=target/release/toolrouter-bench
 work=$(mktemp -d)
 daemon=
 flipper=
@@ -22,6 +24,7 @@ cleanup() {
 }
 trap cleanup EXIT
 db="sqlite://$work/toolrouter.db"
+"$tools" export demo --out "$work/demo" >/dev/null
 
 "$bin" serve --listen 127.0.0.1:0 --database "$db" --settings-ttl 100ms --log-format json \
   2>"$work/daemon.log" &
@@ -35,12 +38,12 @@ for _ in $(seq 300); do
 done
 [ -n "$addr" ] || { cat "$work/daemon.log"; echo "soak: no serving line"; exit 1; }
 
-"$bin" bench flip-settings --database "$db" --duration "$duration" --every 10ms >"$work/flip.out" 2>&1 &
+"$tools" flip-settings --database "$db" --duration "$duration" --every 10ms >"$work/flip.out" 2>&1 &
 flipper=$!
 
 status=0
 "$bin" bench grpc --addr "http://$addr" --mix mixed --concurrency "$concurrency" \
-  --duration "$duration" | tee "$work/soak.out" || status=1
+  --duration "$duration" --messages "$work/demo/messages.jsonl" | tee "$work/soak.out" || status=1
 
 wait "$flipper" || { echo "soak: settings writes failed"; status=1; }
 flipper=

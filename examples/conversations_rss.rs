@@ -9,7 +9,7 @@
 
 use std::time::Instant;
 
-use toolrouter::client::Connection;
+use toolrouter::cli::connection::Connection;
 use toolrouter::proto::RouteRequest;
 
 /// Workers sending at once.

@@ -1,12 +1,13 @@
 //! Configuration: defaults < `--config` TOML < `TOOLROUTER_*` environment < flags.
-//! The environment and flags are merged by clap (see `cli::ServeArgs`); this file owns the
-//! defaults and the TOML layer.
+//! The environment and flags are merged by clap (see `cli::serve::ServeArgs`); this file owns
+//! the defaults and the TOML layer, both ways: read from `--config`, printed by
+//! `--print-config` and `DescribeServer`.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde::{Deserialize, Deserializer};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::error::{Error, Result};
 use crate::matcher::MatchMode;
@@ -14,7 +15,7 @@ use crate::router::FallbackPolicy;
 use crate::search::{self, SearchMode};
 
 /// Log output format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum LogFormat {
     /// Human-readable lines.
@@ -24,8 +25,9 @@ pub enum LogFormat {
     Json,
 }
 
-/// The daemon's effective configuration.
-#[derive(Debug, Clone, Deserialize)]
+/// The daemon's effective configuration. It serialises as the TOML `--config` reads (see
+/// [`Config::to_toml`]): durations as `humantime` text, the auth token never.
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
     /// Address to listen on; loopback by default so nothing outside the host can call it.
@@ -36,7 +38,7 @@ pub struct Config {
     /// Manifest folders; empty means the demo registry built into the binary.
     pub manifests: Vec<PathBuf>,
     /// How long a settings snapshot is served before the table is read again.
-    #[serde(deserialize_with = "duration")]
+    #[serde(with = "duration")]
     pub settings_ttl: Duration,
     /// What a turn with no keyword hit gets.
     pub fallback: FallbackPolicy,
@@ -55,24 +57,26 @@ pub struct Config {
     /// A segment counts only when its best score is at least this share of the message's best.
     pub search_segment_ratio: f32,
     /// How long an idle conversation is remembered.
-    #[serde(deserialize_with = "duration")]
+    #[serde(with = "duration")]
     pub conversation_ttl: Duration,
     /// Largest accepted message, in bytes (exactly the limit is accepted).
     pub max_message_bytes: usize,
     /// Log output format.
     pub log_format: LogFormat,
     /// How long a database statement waits for another writer's lock before failing.
-    #[serde(deserialize_with = "duration")]
+    #[serde(with = "duration")]
     pub busy_timeout: Duration,
     /// On SIGTERM, how long in-flight calls get to finish before the daemon exits anyway.
-    #[serde(deserialize_with = "duration")]
+    #[serde(with = "duration")]
     pub drain_timeout: Duration,
     /// How long one call may take before it is answered `DEADLINE_EXCEEDED`.
-    #[serde(deserialize_with = "duration")]
+    #[serde(with = "duration")]
     pub request_timeout: Duration,
     /// Calls served at once; more are refused at once with `RESOURCE_EXHAUSTED`.
     pub max_concurrent_requests: usize,
-    /// When set, every call except health needs `authorization: Bearer <token>`.
+    /// When set, every call except health needs `authorization: Bearer <token>`. A secret:
+    /// never serialised.
+    #[serde(skip_serializing)]
     pub auth_token: Option<String>,
     /// Allow listening on a non-loopback address without an auth token.
     pub allow_unauthenticated: bool,
@@ -90,7 +94,7 @@ pub struct Config {
     pub listen_backlog: u32,
     /// How long a new connection may stay silent before it is closed (a client sends its
     /// HTTP/2 preface at once; a socket that sends nothing only holds a file descriptor).
-    #[serde(deserialize_with = "duration")]
+    #[serde(with = "duration")]
     pub handshake_timeout: Duration,
 }
 
@@ -157,16 +161,18 @@ pub fn parse_listen(s: &str) -> std::result::Result<SocketAddr, String> {
         .ok_or_else(|| format!("{s:?} resolves to no address"))
 }
 
-fn duration<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Duration, D::Error> {
-    let s = String::deserialize(d)?;
-    humantime::parse_duration(&s).map_err(serde::de::Error::custom)
-}
+/// Durations as `humantime` text both ways: `"10s"`, `"1day"`.
+mod duration {
+    use super::{Deserialize, Deserializer, Duration, Serializer};
 
-/// The spelling of a value-enum value on the command line and in config files.
-fn name<T: clap::ValueEnum>(v: &T) -> String {
-    v.to_possible_value()
-        .map(|p| p.get_name().to_string())
-        .unwrap_or_default()
+    pub(super) fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(&humantime::format_duration(*d))
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let s = String::deserialize(d)?;
+        humantime::parse_duration(&s).map_err(serde::de::Error::custom)
+    }
 }
 
 impl Config {
@@ -188,50 +194,15 @@ impl Config {
     /// The configuration as a TOML file `--config` would accept. The auth token is never
     /// printed; a comment says whether one is set.
     pub fn to_toml(&self) -> String {
-        let path = |p: &Path| format!("{:?}", p.display().to_string());
-        let manifests: Vec<String> = self.manifests.iter().map(|p| path(p)).collect();
-        let mut out = format!(
-            "listen = \"{}\"\ndatabase = {:?}\nmanifests = [{}]\nsettings_ttl = \"{}\"\nfallback = \"{}\"\n\
-             keyword_match = \"{}\"\nexpose_load_tool_group = {}\nexpose_search_tools = {}\nsearch = \"{}\"\n\
-             search_min_ratio = {}\nsearch_per_segment = {}\nsearch_segment_ratio = {}\nconversation_ttl = \"{}\"\n\
-             max_message_bytes = {}\nlog_format = \"{}\"\nbusy_timeout = \"{}\"\ndrain_timeout = \"{}\"\n\
-             request_timeout = \"{}\"\nmax_concurrent_requests = {}\nallow_unauthenticated = {}\n\
-             conversation_cache_bytes = {}\nlisten_backlog = {}\nhandshake_timeout = \"{}\"",
-            self.listen,
-            self.database,
-            manifests.join(", "),
-            humantime::format_duration(self.settings_ttl),
-            name(&self.fallback),
-            name(&self.keyword_match),
-            self.expose_load_tool_group,
-            self.expose_search_tools,
-            self.search.as_str(),
-            self.search_min_ratio,
-            self.search_per_segment,
-            self.search_segment_ratio,
-            humantime::format_duration(self.conversation_ttl),
-            self.max_message_bytes,
-            name(&self.log_format),
-            humantime::format_duration(self.busy_timeout),
-            humantime::format_duration(self.drain_timeout),
-            humantime::format_duration(self.request_timeout),
-            self.max_concurrent_requests,
-            self.allow_unauthenticated,
-            self.conversation_cache_bytes,
-            self.listen_backlog,
-            humantime::format_duration(self.handshake_timeout),
-        );
-        if let Some(addr) = self.metrics_listen {
-            out.push_str(&format!("\nmetrics_listen = \"{addr}\""));
-        }
-        for (key, value) in [("tls_cert", &self.tls_cert), ("tls_key", &self.tls_key)] {
-            if let Some(p) = value {
-                out.push_str(&format!("\n{key} = {}", path(p)));
-            }
-        }
+        // Every field is a string, number, bool, list or absent option, all of which TOML
+        // holds; only a path that is not UTF-8 cannot be written, and then the text says so.
+        let mut out = toml::to_string(self)
+            .unwrap_or_else(|e| format!("# the configuration cannot be written as TOML: {e}\n"));
         if self.auth_token.is_some() {
-            out.push_str("\n# auth_token is set (not printed)");
+            out.push_str("# auth_token is set (not printed)\n");
         }
+        // Printed with `println!`-style line ends by its callers.
+        out.truncate(out.trim_end().len());
         out
     }
 

@@ -21,13 +21,12 @@
 //! - [`server`]: `serve(listener, state, config, shutdown)` with health, reflection, TLS and
 //!   the drain timeout.
 //! - [`eval`]: `toolrouter eval`, routing quality over labelled messages.
-//! - [`config`] and [`cli`]: configuration layers and the command line; [`client`]: how
-//!   the client subcommands reach a daemon (token, TLS).
+//! - [`config`] and [`cli`]: configuration layers and the command line, one file per
+//!   command family; [`cli::connection`]: how the client commands, the load generator and
+//!   tests reach a daemon (token, TLS, timeout).
 #![warn(missing_docs)]
 
-pub mod bench;
 pub mod cli;
-pub mod client;
 pub mod codec;
 pub mod config;
 pub mod conversations;

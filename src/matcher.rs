@@ -20,9 +20,7 @@ use aho_corasick::{AhoCorasick, AhoCorasickBuilder, MatchKind};
 use crate::registry::KeywordId;
 
 /// How keywords hit.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize, clap::ValueEnum,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum MatchMode {
     /// On word boundaries, with the plural/verb suffix rule.
@@ -122,6 +120,13 @@ impl Matcher {
         })
     }
 
+    /// The automaton itself (`None` when there are no keywords), for measuring the bare
+    /// scan that [`Matcher::find`] adds its rules to. It is ASCII case-insensitive and
+    /// expects what `find` searches: an ASCII message as it is, any other lowercased.
+    pub fn automaton(&self) -> Option<&AhoCorasick> {
+        self.automaton.as_ref()
+    }
+
     /// The mode this automaton was built for.
     pub fn mode(&self) -> MatchMode {
         self.mode
@@ -144,13 +149,6 @@ impl Matcher {
         hits.sort_unstable();
         hits.dedup();
         hits
-    }
-
-    /// Counts raw automaton matches without any rule: the floor `route()` is measured
-    /// against, with the same preparation of the message.
-    pub fn count_raw(&self, message: &str) -> usize {
-        let Some(ac) = &self.automaton else { return 0 };
-        ac.find_overlapping_iter(searchable(message).as_ref()).count()
     }
 }
 
@@ -329,11 +327,5 @@ mod tests {
     fn hits_are_sorted_and_unique_even_when_a_keyword_hits_twice() {
         let m = Matcher::new(["b", "a"], Word).unwrap();
         assert_eq!(m.find("a b a b"), vec![KeywordId::at(0), KeywordId::at(1)]);
-    }
-
-    #[test]
-    fn the_raw_count_is_the_automatons_match_count() {
-        let m = Matcher::new(["light"], Word).unwrap();
-        assert_eq!(m.count_raw("highlight the LIGHT"), 2);
     }
 }

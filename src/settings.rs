@@ -8,7 +8,7 @@ use arc_swap::ArcSwap;
 
 use crate::db::Db;
 use crate::error::{Error, Result};
-pub use crate::router::Snapshot; // TEMP-MERGE
+use crate::router::Snapshot;
 
 struct Cached {
     snapshot: Arc<Snapshot>,

@@ -17,11 +17,11 @@ use serde_json::{Map, Value, json};
 
 use toolrouter::matcher::{MatchMode, Matcher};
 use toolrouter::registry::{Domain, Registry, Tier, Tool, manifest};
+use toolrouter::router::Snapshot;
 use toolrouter::router::{
     Activation, Conversation, Decision, FallbackPolicy, Inputs, Member, Options, Reason, route,
 };
 use toolrouter::search::{SearchIndex, SearchMode, SearchOptions};
-use toolrouter::settings::Snapshot;
 
 /// `cases` cases, a cheap RNG, and no regression files written into the source tree.
 fn config(cases: u32) -> ProptestConfig {

@@ -22,9 +22,7 @@ pub const LOAD_TOOL_GROUP: &str = "load_tool_group";
 pub const SEARCH_TOOLS: &str = "search_tools";
 
 /// What a turn with no keyword hit and nothing sticky gets.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize, clap::ValueEnum,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum FallbackPolicy {
     /// Core, loaded, and every active non-core domain with `fallback = true`.

@@ -25,7 +25,7 @@ use tonic::Status;
 use tonic::transport::Channel;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
-use toolrouter::client::{Client, Connection};
+use toolrouter::cli::connection::{Client, Connection};
 use toolrouter::config::Config;
 use toolrouter::db::Db;
 use toolrouter::proto::tool_router_client::ToolRouterClient;

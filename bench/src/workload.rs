@@ -2,24 +2,23 @@
 //! messages to route over it.
 //!
 //! - [`demo`]: the built-in home-server registry with a fixed set of realistic messages.
-//! - [`seal`] and [`stb`]: the third-party evaluation sets in `shared/eval` (Seal-Tools and
-//!   StableToolBench), one domain per category, keyed by category and subcategory/service.
+//! - [`seal`] and [`stb`]: the third-party evaluation sets (Seal-Tools and StableToolBench,
+//!   read from an eval folder at run time), one domain per category, keyed by category and
+//!   subcategory/service.
 //! - [`scale`]: a synthetic registry of any size whose messages always route to the same 20
 //!   tools, so route time can be compared across registry sizes.
 //!
-//! [`write_manifests`] and [`write_messages`] export a workload for `toolrouter serve
-//! --manifests DIR` and the gRPC load generator.
+//! [`by_name`] picks one by the name `toolrouter-bench export` takes; [`crate::export`]
+//! writes it out.
 
 use std::collections::{HashMap, HashSet};
-use std::io::Write as _;
 use std::path::Path;
 
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::json;
 
-use crate::registry::manifest::valid_domain_name;
-use crate::registry::{Domain, Registry, Tier, Tool};
-use crate::settings::Snapshot;
+use toolrouter::registry::{Domain, Registry, Tier, Tool};
+use toolrouter::router::Snapshot;
 
 /// A registry plus the messages to route over it, all domains active.
 #[derive(Debug)]
@@ -33,7 +32,7 @@ pub struct Workload {
     /// The user messages, in a fixed order.
     pub messages: Vec<String>,
     /// For the eval sets: each message with the domains it needs (empty otherwise).
-    pub labelled: Vec<crate::eval::Labelled>,
+    pub labelled: Vec<toolrouter::eval::Labelled>,
 }
 
 /// The schema of every eval tool: the eval sets carry no parameter schemas.
@@ -106,6 +105,25 @@ pub fn demo() -> Workload {
     }
 }
 
+/// The workload called `name`: `demo`, `seal`, `stb` or `scale-N` (N tools), the eval sets
+/// read from `eval_dir`.
+///
+/// # Errors
+/// `Config` for an unknown name; as [`seal`] and [`stb`] for the eval sets.
+pub fn by_name(name: &str, eval_dir: &Path) -> toolrouter::Result<Workload> {
+    match name {
+        "demo" => Ok(demo()),
+        "seal" => seal(eval_dir),
+        "stb" => stb(eval_dir),
+        other => match other.strip_prefix("scale-").and_then(|n| n.parse().ok()) {
+            Some(n) => Ok(scale(n)),
+            None => Err(toolrouter::Error::Config(format!(
+                "unknown workload {other:?}: use demo, seal, stb or scale-N"
+            ))),
+        },
+    }
+}
+
 /// Which eval set a folder holds: they differ in the field under the category.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Source {
@@ -142,12 +160,12 @@ struct EvalQuery {
 /// The Seal-Tools set in `eval_dir` (`tools.json` and `queries.jsonl`): one domain per
 /// category (146), keyed by the category and the distinct subcategories of its tools
 /// (lowercased, in first-appearance order); no settings keys, none core, all fallback. Tool
-/// names go through [`manifest_tool_name`] so [`write_manifests`] output loads; the messages
+/// names go through [`manifest_tool_name`] so [`crate::export::write_manifests`] output loads; the messages
 /// are every query, in file order.
 ///
 /// # Errors
 /// A file that cannot be read or parsed, or tools the registry rejects.
-pub fn seal(eval_dir: &Path) -> crate::Result<Workload> {
+pub fn seal(eval_dir: &Path) -> toolrouter::Result<Workload> {
     load_eval("seal", eval_dir, Source::Seal).map(|(w, _)| w)
 }
 
@@ -158,7 +176,7 @@ pub fn seal(eval_dir: &Path) -> crate::Result<Workload> {
 ///
 /// # Errors
 /// A file that cannot be read or parsed, or tools the registry rejects.
-pub fn stb(eval_dir: &Path) -> crate::Result<Workload> {
+pub fn stb(eval_dir: &Path) -> toolrouter::Result<Workload> {
     load_eval("stb", &eval_dir.join("stabletoolbench"), Source::Stb).map(|(w, _)| w)
 }
 
@@ -217,12 +235,12 @@ fn unique_slug(category: &str, taken: &mut HashSet<String>) -> String {
     name
 }
 
-fn io_error(context: String) -> impl FnOnce(std::io::Error) -> crate::Error {
-    move |source| crate::Error::Io { context, source }
+fn io_error(context: String) -> impl FnOnce(std::io::Error) -> toolrouter::Error {
+    move |source| toolrouter::Error::Io { context, source }
 }
 
-fn parse_error(path: &Path, e: serde_json::Error) -> crate::Error {
-    crate::Error::Io {
+fn parse_error(path: &Path, e: serde_json::Error) -> toolrouter::Error {
+    toolrouter::Error::Io {
         context: format!("cannot parse {}", path.display()),
         source: std::io::Error::new(std::io::ErrorKind::InvalidData, e),
     }
@@ -230,7 +248,7 @@ fn parse_error(path: &Path, e: serde_json::Error) -> crate::Error {
 
 /// Loads one eval folder; also returns how many tools were skipped as duplicate names
 /// (first one kept). Both sets as shipped have none.
-fn load_eval(name: &str, dir: &Path, source: Source) -> crate::Result<(Workload, usize)> {
+fn load_eval(name: &str, dir: &Path, source: Source) -> toolrouter::Result<(Workload, usize)> {
     let tools_path = dir.join("tools.json");
     let text = std::fs::read_to_string(&tools_path)
         .map_err(io_error(format!("cannot read {}", tools_path.display())))?;
@@ -305,7 +323,7 @@ fn load_eval(name: &str, dir: &Path, source: Source) -> crate::Result<(Workload,
         .iter()
         .map(|(category, &i)| (category.clone(), domains[i].name.clone()))
         .collect();
-    let registry = Registry::new(domains).map_err(crate::Error::Manifests)?;
+    let registry = Registry::new(domains).map_err(toolrouter::Error::Manifests)?;
 
     let queries_path = dir.join("queries.jsonl");
     let text = std::fs::read_to_string(&queries_path)
@@ -314,7 +332,7 @@ fn load_eval(name: &str, dir: &Path, source: Source) -> crate::Result<(Workload,
         .lines()
         .filter(|l| !l.trim().is_empty())
         .map(|l| serde_json::from_str::<EvalQuery>(l).map_err(|e| parse_error(&queries_path, e)))
-        .collect::<crate::Result<Vec<EvalQuery>>>()?;
+        .collect::<toolrouter::Result<Vec<EvalQuery>>>()?;
     // Categories become the domain names they were given above.
     let domain_of = |category: &String| {
         category_domain
@@ -324,7 +342,7 @@ fn load_eval(name: &str, dir: &Path, source: Source) -> crate::Result<(Workload,
     };
     let labelled = queries
         .iter()
-        .map(|q| crate::eval::Labelled {
+        .map(|q| toolrouter::eval::Labelled {
             query: q.query.clone(),
             domains: q.category.iter().map(domain_of).collect(),
             id: q.id.clone(),
@@ -413,90 +431,17 @@ pub fn scale(tools: usize) -> Workload {
     }
 }
 
-/// Writes labelled messages as `toolrouter eval` reads them (JSONL).
-///
-/// # Errors
-/// The file cannot be written.
-pub fn write_labelled(labelled: &[crate::eval::Labelled], path: &Path) -> std::io::Result<()> {
-    let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
-    for l in labelled {
-        serde_json::to_writer(&mut out, l)?;
-        out.write_all(b"\n")?;
-    }
-    out.flush()
-}
-
-/// Writes one native JSON manifest per domain into `dir` (created if missing), as
-/// `<name>.json`. Loading the folder gives a registry of the same version when every name,
-/// description and keyword passes manifest validation (true of [`demo`], [`seal`] and
-/// [`scale`], not of [`stb`]).
-///
-/// # Errors
-/// A domain name that is not a valid file name, a schema that is not JSON, or a write that
-/// fails.
-pub fn write_manifests(registry: &Registry, dir: &Path) -> std::io::Result<()> {
-    use std::io::{Error, ErrorKind};
-    std::fs::create_dir_all(dir)?;
-    for d in registry.domains() {
-        if !valid_domain_name(&d.name) {
-            return Err(Error::new(
-                ErrorKind::InvalidInput,
-                format!("domain name {:?} is not a valid manifest name", d.name),
-            ));
-        }
-        let tools = d
-            .tools
-            .iter()
-            .map(|t| {
-                let schema: Value = serde_json::from_str(&t.input_schema_json)
-                    .map_err(|e| Error::new(ErrorKind::InvalidData, e))?;
-                Ok(json!({
-                    "name": t.name,
-                    "description": t.description,
-                    "tier": t.tier.as_str(),
-                    "input_schema": schema,
-                }))
-            })
-            .collect::<std::io::Result<Vec<Value>>>()?;
-        let manifest = json!({
-            "name": d.name,
-            "display_name": d.display_name,
-            "description": d.description,
-            "settings_keys": d.settings_keys,
-            "keywords": d.keywords,
-            "core": d.core,
-            "fallback": d.fallback,
-            "tools": tools,
-        });
-        let mut text =
-            serde_json::to_vec_pretty(&manifest).map_err(|e| Error::new(ErrorKind::InvalidData, e))?;
-        text.push(b'\n');
-        std::fs::write(dir.join(format!("{}.json", d.name)), text)?;
-    }
-    Ok(())
-}
-
-/// Writes the messages to `path`, one JSON string per line.
-///
-/// # Errors
-/// When the file cannot be written.
-pub fn write_messages(messages: &[String], path: &Path) -> std::io::Result<()> {
-    let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
-    for m in messages {
-        serde_json::to_writer(&mut out, m)?;
-        out.write_all(b"\n")?;
-    }
-    out.flush()
-}
-
 #[cfg(test)]
 mod tests {
     use std::path::PathBuf;
 
+    use serde_json::Value;
+    use toolrouter::registry::manifest::valid_domain_name;
+
     use super::*;
-    use crate::matcher::{MatchMode, Matcher};
-    use crate::router::{Activation, Inputs, Options, Reason, route};
-    use crate::search::{SearchIndex, SearchMode};
+    use toolrouter::matcher::{MatchMode, Matcher};
+    use toolrouter::router::{Activation, Inputs, Options, Reason, route};
+    use toolrouter::search::{SearchIndex, SearchMode};
 
     /// Keyword routing only: these workloads are keyed for the automaton.
     fn keywords_only() -> Options {
@@ -506,13 +451,32 @@ mod tests {
     }
 
     fn eval_dir() -> Option<PathBuf> {
-        let dir = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/eval"));
+        let dir = crate::eval_dir();
         if dir.join("tools.json").is_file() {
             Some(dir)
         } else {
             eprintln!("note: {} is missing; skipping the eval-set test", dir.display());
             None
         }
+    }
+
+    /// Runs `f` over the workload's routing inputs (word-mode automaton, search index),
+    /// after checking that its settings make every domain active.
+    fn with_every_domain_active(w: &Workload, f: impl FnOnce(Inputs<'_>, &Activation)) {
+        let matcher = Matcher::new(w.registry.keywords(), MatchMode::Word).unwrap();
+        let index = SearchIndex::new(&w.registry);
+        let inputs = Inputs {
+            registry: &w.registry,
+            matcher: &matcher,
+            index: &index,
+        };
+        let activation = Activation::new(&w.registry, &w.settings);
+        assert_eq!(
+            activation.active().count(),
+            w.registry.domains().len(),
+            "all active"
+        );
+        f(inputs, &activation);
     }
 
     fn keyword_count(r: &Registry) -> usize {
@@ -524,7 +488,7 @@ mod tests {
         registry.domains().iter().all(|d| {
             d.tools
                 .iter()
-                .all(|t| crate::registry::manifest::valid_tool_name(&t.name))
+                .all(|t| toolrouter::registry::manifest::valid_tool_name(&t.name))
         })
     }
 
@@ -543,30 +507,23 @@ mod tests {
             assert_eq!(w.registry.tool_count(), size);
             assert_eq!(w.registry.domains().len(), size / 10);
             assert_eq!(keyword_count(&w.registry), 4 * size / 10);
-            let matcher = Matcher::new(w.registry.keywords(), MatchMode::Word).unwrap();
-            let index = SearchIndex::new(&w.registry);
-            let inputs = Inputs {
-                registry: &w.registry,
-                matcher: &matcher,
-                index: &index,
-            };
-            let activation = Activation::new(&w.registry, &w.settings);
-            assert_eq!(activation.active().count(), size / 10, "all active");
-            for m in &w.messages {
-                let d = route(inputs, &activation, None, m, &keywords_only());
-                assert!(!d.fallback, "{m:?}");
-                let got: Vec<(usize, Reason)> =
-                    d.domains.iter().map(|i| (i.domain.index(), i.reason)).collect();
-                assert_eq!(got, vec![(0, Reason::Keyword), (1, Reason::Keyword)], "{m:?}");
-                let tools: Vec<&str> = d
-                    .tools(&w.registry, &activation)
-                    .filter(|(dom, _)| !dom.is_empty())
-                    .map(|(_, t)| t.name.as_str())
-                    .collect();
-                assert_eq!(tools.len(), 20, "{m:?}");
-                assert!(tools[..10].iter().all(|t| t.starts_with("scale_000000_")));
-                assert!(tools[10..].iter().all(|t| t.starts_with("scale_000001_")));
-            }
+            with_every_domain_active(&w, |inputs, activation| {
+                for m in &w.messages {
+                    let d = route(inputs, activation, None, m, &keywords_only());
+                    assert!(!d.fallback, "{m:?}");
+                    let got: Vec<(usize, Reason)> =
+                        d.domains.iter().map(|i| (i.domain.index(), i.reason)).collect();
+                    assert_eq!(got, vec![(0, Reason::Keyword), (1, Reason::Keyword)], "{m:?}");
+                    let tools: Vec<&str> = d
+                        .tools(&w.registry, activation)
+                        .filter(|(dom, _)| !dom.is_empty())
+                        .map(|(_, t)| t.name.as_str())
+                        .collect();
+                    assert_eq!(tools.len(), 20, "{m:?}");
+                    assert!(tools[..10].iter().all(|t| t.starts_with("scale_000000_")));
+                    assert!(tools[10..].iter().all(|t| t.starts_with("scale_000001_")));
+                }
+            });
         }
     }
 
@@ -574,49 +531,22 @@ mod tests {
     fn demo_messages_route_with_every_domain_active() {
         let w = demo();
         assert!(w.messages.len() >= 40);
-        let matcher = Matcher::new(w.registry.keywords(), MatchMode::Word).unwrap();
-        let index = SearchIndex::new(&w.registry);
-        let inputs = Inputs {
-            registry: &w.registry,
-            matcher: &matcher,
-            index: &index,
-        };
-        let activation = Activation::new(&w.registry, &w.settings);
-        assert_eq!(activation.active().count(), w.registry.domains().len());
         let (mut none, mut one, mut several) = (0, 0, 0);
-        for m in &w.messages {
-            let d = route(inputs, &activation, None, m, &keywords_only());
-            match d.domains.iter().filter(|i| i.reason == Reason::Keyword).count() {
-                0 => none += 1,
-                1 => one += 1,
-                _ => several += 1,
+        with_every_domain_active(&w, |inputs, activation| {
+            for m in &w.messages {
+                let d = route(inputs, activation, None, m, &keywords_only());
+                match d.domains.iter().filter(|i| i.reason == Reason::Keyword).count() {
+                    0 => none += 1,
+                    1 => one += 1,
+                    _ => several += 1,
+                }
             }
-        }
+        });
         assert!(
             none >= 5 && one >= 10 && several >= 5,
             "{none} / {one} / {several}"
         );
         assert!(w.messages.iter().any(|m| !m.is_ascii()));
-    }
-
-    #[test]
-    fn the_demo_registry_round_trips_through_written_manifests() {
-        let w = demo();
-        let dir = tempfile::tempdir().unwrap();
-        write_manifests(&w.registry, dir.path()).unwrap();
-        let loaded = Registry::load_dirs(&[dir.path().to_path_buf()]).unwrap();
-        assert_eq!(loaded.version(), w.registry.version());
-    }
-
-    #[test]
-    fn messages_are_written_one_json_string_per_line() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("m.jsonl");
-        let messages = vec!["a \"quoted\"\nline".to_string(), "Hörbuch".to_string()];
-        write_messages(&messages, &path).unwrap();
-        let text = std::fs::read_to_string(&path).unwrap();
-        let back: Vec<String> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-        assert_eq!(back, messages);
     }
 
     #[test]
@@ -675,7 +605,7 @@ mod tests {
                 .domains()
                 .iter()
                 .flat_map(|d| &d.tools)
-                .all(|t| crate::registry::manifest::valid_tool_name(&t.name)
+                .all(|t| toolrouter::registry::manifest::valid_tool_name(&t.name)
                     && !t.description.trim().is_empty()),
             "names and descriptions are manifest-valid"
         );
@@ -699,22 +629,15 @@ mod tests {
                 let distinct: HashSet<&String> = d.keywords.iter().collect();
                 assert_eq!(distinct.len(), d.keywords.len());
             }
-            let matcher = Matcher::new(w.registry.keywords(), MatchMode::Word).unwrap();
-            let index = SearchIndex::new(&w.registry);
-            let inputs = Inputs {
-                registry: &w.registry,
-                matcher: &matcher,
-                index: &index,
-            };
-            let activation = Activation::new(&w.registry, &w.settings);
-            assert_eq!(activation.active().count(), w.registry.domains().len());
-            for m in w.messages.iter().take(200) {
-                route(inputs, &activation, None, m, &Options::default());
-            }
+            with_every_domain_active(w, |inputs, activation| {
+                for m in w.messages.iter().take(200) {
+                    route(inputs, activation, None, m, &Options::default());
+                }
+            });
         }
 
         let out = tempfile::tempdir().unwrap();
-        write_manifests(&seal.registry, out.path()).unwrap();
+        crate::export::write_manifests(&seal.registry, out.path()).unwrap();
         let loaded = Registry::load_dirs(&[out.path().to_path_buf()]).unwrap();
         assert_eq!(loaded.version(), seal.registry.version());
         assert_eq!(loaded.tool_count(), 4076);

@@ -2,15 +2,76 @@
 //! with responses prebuilt from the real daemon's answers: the answer the daemon gave for
 //! the same message text when there is one, else the one of mean size. The bytes on the
 //! wire then match the daemon's, request for request, and only the routing differs.
-//! Measuring it beside the daemon separates the cost of routing from the cost of gRPC.
+//! Measuring it beside the daemon separates the cost of routing from the cost of gRPC
+//! (`toolrouter-bench baseline-server`, driven by `benches/grpc.sh`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use prost::Message as _;
 use tonic::{Request, Response, Status};
+use toolrouter::Error;
+use toolrouter::config::Config;
+use toolrouter::proto::{self, tool_router_server::ToolRouter};
+use toolrouter::registry::Registry;
+use toolrouter::service::{Limits, ToolRouterService};
+use toolrouter::state::State;
 
-use crate::proto::{self, tool_router_server::ToolRouter};
+/// Serves the baseline on `config.listen` until Ctrl-C or SIGTERM, with health: the answers
+/// are what the daemon, configured by `config`, gives for `messages`.
+///
+/// # Errors
+/// Manifests, database or listening address that cannot be used, a message the daemon
+/// refuses, or no messages at all.
+pub async fn serve(config: &Config, messages: Vec<String>) -> toolrouter::Result<()> {
+    let registry = Registry::load(&config.manifests)?;
+    // The daemon's own answers, through the real service, are what the baseline sends.
+    let state = State::new(registry, config).await?;
+    let limits = Limits {
+        max_message_bytes: config.max_message_bytes,
+    };
+    let real = ToolRouterService::new(state.clone(), limits);
+    let mut answers = Vec::new();
+    for message in messages {
+        let req = Request::new(proto::RouteRequest {
+            message: message.clone(),
+            ..proto::RouteRequest::default()
+        });
+        let answer = real
+            .route(req)
+            .await
+            .map_err(|s| Error::Config(format!("the daemon refuses {message:?}: {}", s.message())))?;
+        answers.push((message, answer.into_inner()));
+    }
+    state.close().await;
+    let baseline = BaselineService::from_answers(answers)
+        .ok_or_else(|| Error::Config("no messages to build the baseline answer from".into()))?;
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .map_err(|source| Error::Io {
+            context: format!("cannot listen on {}", config.listen),
+            source,
+        })?;
+    tracing::info!(listen = %config.listen, response_bytes = baseline.response_bytes(), "baseline serving");
+    let (reporter, health) = tonic_health::server::health_reporter();
+    reporter
+        .set_service_status("", tonic_health::ServingStatus::Serving)
+        .await;
+    tonic::transport::Server::builder()
+        .add_service(health)
+        .add_service(proto::tool_router_server::ToolRouterServer::new(baseline))
+        // No drain phase here: the shutdown signal stops it at once.
+        .serve_with_incoming_shutdown(
+            toolrouter::server::incoming(
+                listener,
+                tokio::sync::watch::channel(false).1,
+                config.handshake_timeout,
+            ),
+            toolrouter::cli::serve::shutdown_signal(),
+        )
+        .await
+        .map_err(|e| Error::Unavailable(format!("server failed: {e}")))
+}
 
 /// A `ToolRouter` whose `Route` returns prebuilt answers; every other RPC is unimplemented.
 #[derive(Clone)]

@@ -1,5 +1,6 @@
-//! Reaching a running daemon: address, bearer token and TLS trust, shared by the client
-//! subcommands and the load generator.
+//! Reaching a running daemon: address, bearer token, TLS trust and timeout, shared by the
+//! client commands, `settings` and the load generator (and by tests and examples that talk
+//! to a daemon the same way).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -54,7 +55,7 @@ impl tonic::service::Interceptor for BearerToken {
 pub type Client = ToolRouterClient<InterceptedService<Channel, BearerToken>>;
 
 /// The innermost cause: transport errors wrap the useful part several levels down.
-pub fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
+fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
     let mut cur = e;
     while let Some(next) = cur.source() {
         cur = next;

@@ -1,21 +1,79 @@
-//! The load generator: a tonic client that sends requests at a fixed concurrency for a fixed
-//! time, checks every status, decodes every response, and reports requests/s and latency
-//! percentiles (HdrHistogram).
+//! `bench grpc`: the load generator operators point at a deployment. A tonic client sends
+//! requests at a fixed concurrency for a fixed time, checks every status, decodes every
+//! response, and reports requests/s and exact latency percentiles (every latency is kept,
+//! one `u64` per call, and sorted once at the end).
 //!
 //! Two workloads: `route` (only `Route`, no conversation: the throughput benchmark) and
 //! `mixed` (the soak: mostly `Route` within conversations, plus `LoadToolGroup`,
 //! `ListGroups`, `InvalidateSettings` and `ReloadRegistry`).
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use hdrhistogram::Histogram;
+use clap::Subcommand;
 use serde_json::Value;
 use tonic::Code;
 
-use crate::client::{Client, Connection};
+use super::Failure;
+use super::connection::{Client, Connection};
 use crate::proto::{self, RouteRequest};
+
+/// `bench` tools.
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// Send `Route` requests for a fixed time and report requests/s and latency percentiles.
+    Grpc {
+        /// How to reach the server.
+        #[command(flatten)]
+        conn: Connection,
+        /// How long to measure, e.g. `10s`.
+        #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+        duration: Duration,
+        /// Requests in flight at once.
+        #[arg(long, default_value_t = 1)]
+        concurrency: usize,
+        /// Messages, one per line (a JSON string, a JSON object with `query` or `message`, or
+        /// text), sent in turn.
+        #[arg(long)]
+        messages: PathBuf,
+        /// Which calls to send: `route` (throughput) or `mixed` (the soak).
+        #[arg(long, value_enum, default_value = "route")]
+        mix: Mix,
+    },
+}
+
+pub(super) async fn bench(command: BenchCommand) -> Result<(), Failure> {
+    let BenchCommand::Grpc {
+        conn,
+        duration,
+        concurrency,
+        messages,
+        mix,
+    } = command;
+    if concurrency == 0 {
+        return Err(Failure::config("--concurrency must be at least 1"));
+    }
+    let messages = read_messages(&messages)?;
+    let r = run(&conn, duration, concurrency, messages, mix).await?;
+    out!(
+        "{:.0} requests/s, p50 {} µs, p99 {} µs, p99.9 {} µs, {} errors ({} ok, {} refused as specified, concurrency {}, {:.1} s)",
+        r.requests_per_sec,
+        r.p50_us,
+        r.p99_us,
+        r.p999_us,
+        r.errors,
+        r.ok,
+        r.refused,
+        r.concurrency,
+        r.seconds
+    );
+    out!("{}", serde_json::to_string(&r).unwrap_or_default());
+    if r.errors > 0 {
+        return Err(Failure::runtime(format!("{} requests failed", r.errors)));
+    }
+    Ok(())
+}
 
 /// Which calls the load generator sends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -29,30 +87,30 @@ pub enum Mix {
 
 /// What one run measured.
 #[derive(Debug, Clone, serde::Serialize)]
-pub struct Report {
+struct Report {
     /// Requests answered OK per second.
-    pub requests_per_sec: f64,
+    requests_per_sec: f64,
     /// Median latency, microseconds.
-    pub p50_us: u64,
+    p50_us: u64,
     /// 99th percentile latency, microseconds.
-    pub p99_us: u64,
+    p99_us: u64,
     /// 99.9th percentile latency, microseconds.
-    pub p999_us: u64,
+    p999_us: u64,
     /// Requests that failed unexpectedly (any other non-OK status or transport error).
-    pub errors: u64,
+    errors: u64,
     /// Requests answered OK.
-    pub ok: u64,
+    ok: u64,
     /// `LoadToolGroup` calls refused as the contract says they must be (`FAILED_PRECONDITION`
     /// for a group the flipped settings made inactive): correct answers, not errors.
-    pub refused: u64,
+    refused: u64,
     /// OK answers per call.
-    pub calls: BTreeMap<&'static str, u64>,
+    calls: BTreeMap<&'static str, u64>,
     /// Unexpected failures per call and status code, e.g. `Route UNAVAILABLE`.
-    pub failures: BTreeMap<String, u64>,
+    failures: BTreeMap<String, u64>,
     /// Concurrent in-flight requests.
-    pub concurrency: usize,
+    concurrency: usize,
     /// Measured duration, seconds.
-    pub seconds: f64,
+    seconds: f64,
 }
 
 /// Reads messages: one per line, each a JSON string, a JSON object with `query` or
@@ -88,15 +146,20 @@ pub fn read_messages(path: &Path) -> crate::Result<Vec<String>> {
     Ok(messages)
 }
 
-/// A latency histogram from 1 µs to 60 s at 3 significant digits.
-fn histogram() -> Histogram<u64> {
-    // The bounds are constants within what HdrHistogram accepts, so this cannot fail.
-    Histogram::new_with_bounds(1, 60_000_000, 3).expect("valid histogram bounds")
+/// The latency at quantile `q` of `sorted` latencies, by nearest rank (the smallest value
+/// at least a `q` share of the calls did not exceed); 0 when there are none.
+fn percentile(sorted: &[u64], q: f64) -> u64 {
+    let rank = (q * sorted.len() as f64).ceil() as usize;
+    sorted
+        .get(rank.clamp(1, sorted.len().max(1)) - 1)
+        .copied()
+        .unwrap_or(0)
 }
 
 /// What one worker saw.
 struct Tally {
-    hist: Histogram<u64>,
+    /// Latency of every OK call, microseconds.
+    latencies: Vec<u64>,
     ok: u64,
     errors: u64,
     refused: u64,
@@ -196,7 +259,7 @@ async fn call(
 ///
 /// # Errors
 /// When the daemon cannot be reached at all.
-pub async fn run(
+async fn run(
     conn: &Connection,
     duration: Duration,
     concurrency: usize,
@@ -234,7 +297,7 @@ pub async fn run(
         let groups = groups.clone();
         tasks.push(tokio::spawn(async move {
             let mut t = Tally {
-                hist: histogram(),
+                latencies: Vec::new(),
                 ok: 0,
                 errors: 0,
                 refused: 0,
@@ -258,7 +321,7 @@ pub async fn run(
                     Outcome::Ok => {
                         t.ok += 1;
                         *t.calls.entry(name).or_default() += 1;
-                        t.hist.saturating_record(took.as_micros() as u64);
+                        t.latencies.push(took.as_micros() as u64);
                     }
                     Outcome::Refused => t.refused += 1,
                     Outcome::Failed { kind, detail } => {
@@ -273,7 +336,7 @@ pub async fn run(
             t
         }));
     }
-    let mut hist = histogram();
+    let mut latencies = Vec::new();
     let (mut ok, mut errors, mut refused) = (0, 0, 0);
     let mut calls = BTreeMap::new();
     let mut failures = BTreeMap::new();
@@ -281,8 +344,7 @@ pub async fn run(
         let t = task
             .await
             .map_err(|e| crate::Error::Config(format!("load task failed: {e}")))?;
-        hist.add(t.hist)
-            .map_err(|e| crate::Error::Config(format!("histogram merge: {e}")))?;
+        latencies.extend(t.latencies);
         ok += t.ok;
         errors += t.errors;
         refused += t.refused;
@@ -293,12 +355,13 @@ pub async fn run(
             *failures.entry(k).or_default() += v;
         }
     }
+    latencies.sort_unstable();
     let seconds = duration.as_secs_f64();
     Ok(Report {
         requests_per_sec: ok as f64 / seconds,
-        p50_us: hist.value_at_quantile(0.50),
-        p99_us: hist.value_at_quantile(0.99),
-        p999_us: hist.value_at_quantile(0.999),
+        p50_us: percentile(&latencies, 0.50),
+        p99_us: percentile(&latencies, 0.99),
+        p999_us: percentile(&latencies, 0.999),
         errors,
         ok,
         refused,
@@ -307,4 +370,36 @@ pub async fn run(
         concurrency,
         seconds,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_are_nearest_rank_over_every_latency() {
+        let sorted: Vec<u64> = (1..=1000).collect();
+        assert_eq!(percentile(&sorted, 0.50), 500);
+        assert_eq!(percentile(&sorted, 0.99), 990);
+        assert_eq!(percentile(&sorted, 0.999), 999);
+        assert_eq!(percentile(&[7], 0.999), 7);
+        assert_eq!(percentile(&[], 0.5), 0);
+    }
+
+    #[test]
+    fn messages_are_read_from_json_strings_objects_or_text() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.jsonl");
+        std::fs::write(
+            &path,
+            "\"a string\"\n{\"query\": \"a query\"}\n\n{\"message\": \"a message\"}\nplain text\n",
+        )
+        .unwrap();
+        assert_eq!(
+            read_messages(&path).unwrap(),
+            ["a string", "a query", "a message", "plain text"]
+        );
+        std::fs::write(&path, "\n").unwrap();
+        assert!(read_messages(&path).is_err());
+    }
 }

@@ -1,32 +1,33 @@
-//! `route()` against the bare keyword scan, per workload (see `toolrouter::bench::eval`).
+//! `route()` against the bare keyword scan, per workload (see `toolrouter_bench::workload`).
 //!
 //! One criterion group per workload (`demo`, `seal`, `stb`, `scale-100`, `scale-1000`,
 //! `scale-10000`), each with `route` (every message through keyword-only `route()`,
 //! `--search off`), `search` (every message through `route()` with the default search,
-//! `augment`) and `scan` (every message through `Matcher::count_raw`, the automaton floor);
+//! `augment`) and `scan` (every message through `toolrouter_bench::scan`, the automaton
+//! floor);
 //! throughput is per message. After criterion, a plain timing loop prints per-message
 //! times, the route/scan ratio, the median time of one message routed with search, the time
 //! to build the search index, and the route-time slope from `scale-100` to `scale-10000`,
 //! for each workload the filter let run.
 //!
-//! The eval sets are read from `TOOLROUTER_EVAL_DIR`, or `../shared/eval` beside the crate;
-//! `seal` and `stb` are skipped with a note when they are missing.
+//! The eval sets are read from `TOOLROUTER_EVAL_DIR`, or `shared/eval` beside the
+//! repository; `seal` and `stb` are skipped with a note when they are missing.
 //!
 //! ```text
-//! cargo bench --bench route            # everything
-//! cargo bench --bench route -- scale   # only the scale workloads
+//! cargo bench -p toolrouter-bench --bench route            # everything
+//! cargo bench -p toolrouter-bench --bench route -- scale   # only the scale workloads
 //! ```
 
 use std::cell::Cell;
 use std::hint::black_box;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput};
-use toolrouter::bench::eval::{self, Workload};
 use toolrouter::matcher::{MatchMode, Matcher};
 use toolrouter::router::{Activation, Inputs, Options, route};
 use toolrouter::search::{SearchIndex, SearchMode, SearchOptions};
+use toolrouter_bench::scan::scan;
+use toolrouter_bench::workload::{self, Workload};
 
 /// A workload with its automaton, search index and activation built once.
 struct Prepared {
@@ -102,33 +103,27 @@ impl Prepared {
     /// One pass of the bare automaton scan over every message.
     fn scan_pass(&self) {
         for m in &self.workload.messages {
-            black_box(self.matcher.count_raw(black_box(m.as_str())));
+            black_box(scan(&self.matcher, black_box(m.as_str())));
         }
     }
 }
 
-fn eval_dir() -> PathBuf {
-    std::env::var_os("TOOLROUTER_EVAL_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/eval")))
-}
-
 fn workloads() -> Vec<Prepared> {
-    let dir = eval_dir();
-    let mut out = vec![Prepared::new(eval::demo())];
+    let dir = toolrouter_bench::eval_dir();
+    let mut out = vec![Prepared::new(workload::demo())];
     for (name, load) in [
         (
             "seal",
-            eval::seal as fn(&std::path::Path) -> toolrouter::Result<Workload>,
+            workload::seal as fn(&std::path::Path) -> toolrouter::Result<Workload>,
         ),
-        ("stb", eval::stb),
+        ("stb", workload::stb),
     ] {
         match load(&dir) {
             Ok(w) => out.push(Prepared::new(w)),
             Err(e) => eprintln!("note: skipping {name}: {e} (set TOOLROUTER_EVAL_DIR)"),
         }
     }
-    out.extend([100, 1000, 10_000].map(|n| Prepared::new(eval::scale(n))));
+    out.extend([100, 1000, 10_000].map(|n| Prepared::new(workload::scale(n))));
     out
 }
 

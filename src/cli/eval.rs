@@ -1,0 +1,107 @@
+//! `eval`: routing quality over labelled messages, in-process with the same manifest and
+//! routing options as `serve` (the measuring is `crate::eval`; this prints it).
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use super::serve::ServeArgs;
+use super::{Failure, print_table};
+use crate::db::Db;
+use crate::registry::Registry;
+
+/// `eval` options: the labelled messages, and the same manifest and routing options as
+/// `serve` (every domain active unless `--database` is given).
+#[derive(Debug, Args)]
+pub struct EvalArgs {
+    /// Labelled messages, JSONL: `{"query", "domains", "id"?, "split"?}` per line.
+    #[arg(long)]
+    pub queries: PathBuf,
+    /// Print only the final JSON line.
+    #[arg(long)]
+    pub json: bool,
+    /// Manifests, database and routing options, as for `serve`.
+    #[command(flatten)]
+    pub serve: Box<ServeArgs>,
+}
+
+pub(super) fn eval(args: &EvalArgs) -> Result<(), Failure> {
+    use crate::eval::Figures;
+    let config = args.serve.config()?;
+    let labelled = crate::eval::read_labelled(&args.queries)?;
+    let registry = Registry::load(&config.manifests)?;
+    let matcher = crate::matcher::Matcher::new(registry.keywords(), config.keyword_match)?;
+    let started = std::time::Instant::now();
+    let index = crate::search::SearchIndex::new(&registry);
+    let index_ms = started.elapsed().as_secs_f64() * 1e3;
+    // Every domain active, unless a settings table is named.
+    let snapshot = match &args.serve.database {
+        None => crate::router::Snapshot::every_key_set(&registry),
+        Some(url) => {
+            let runtime = tokio::runtime::Handle::current();
+            let rows = tokio::task::block_in_place(|| {
+                runtime.block_on(async {
+                    let db = Db::connect(url).await?;
+                    let rows = db.read_settings().await;
+                    db.close().await;
+                    rows
+                })
+            })?;
+            crate::router::Snapshot::new(rows)
+        }
+    };
+    let activation = crate::router::Activation::new(&registry, &snapshot);
+    let inputs = crate::router::Inputs {
+        registry: &registry,
+        matcher: &matcher,
+        index: &index,
+    };
+    let report = crate::eval::evaluate(inputs, &activation, &config.routing(), &labelled);
+    if !report.unknown_domains.is_empty() {
+        eprintln!(
+            "warning: {} labelled domains are not in the registry (counted as misses): {}",
+            report.unknown_domains.len(),
+            report.unknown_domains.join(", ")
+        );
+    }
+    if !args.json {
+        let row = |name: &str, f: &Figures| {
+            vec![
+                name.to_string(),
+                f.queries.to_string(),
+                format!("{:.3}", f.strict_recall),
+                format!("{:.3}", f.soft_recall),
+                format!("{:.1}", f.tools_sent),
+                format!("{:.1} %", f.registry_share * 100.0),
+                format!("{:.1}", f.oracle_tools),
+                format!("{:.2}x", f.cost_ratio),
+                format!("{:.1} %", f.fallback_rate * 100.0),
+                format!("{:.1}", f.us_median),
+            ]
+        };
+        let mut rows: Vec<Vec<String>> = report.splits.iter().map(|(n, f)| row(n, f)).collect();
+        rows.push(row("overall", &report.overall));
+        print_table(
+            &[
+                "SPLIT", "QUERIES", "STRICT", "SOFT", "TOOLS", "SHARE", "ORACLE", "COST", "FALLBACK",
+                "US/QUERY",
+            ],
+            &rows,
+        );
+        let reasons: Vec<String> = report
+            .overall
+            .reasons
+            .iter()
+            .map(|(r, n)| format!("{r} {n}"))
+            .collect();
+        out!(
+            "\n{} domains, {} tools; index built in {index_ms:.0} ms; domains by reason: {}",
+            registry.domains().len(),
+            report.registry_tools,
+            reasons.join(", ")
+        );
+    }
+    let line = serde_json::to_string(&report).map_err(|e| Failure::runtime(e.to_string()))?;
+    out!("{line}");
+    Ok(())
+}

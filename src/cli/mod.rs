@@ -1,0 +1,339 @@
+//! The command line: the clap tree and the dispatch, one file per command family.
+//!
+//! - [`serve`]: `serve`, its flags over the configuration, signals and logging.
+//! - `client`: the commands that call a running daemon (`route`, `search`, `groups`, `load`,
+//!   `tools`, `invalidate`, `reset`, `reload`, `describe`, `health`), over [`connection`].
+//! - `settings`: edit the settings table like a settings UI would.
+//! - `check`: offline manifest validation and `keywords suggest`.
+//! - `eval`: routing quality over labelled messages, in-process.
+//! - [`bench`]: `bench grpc`, the load generator for a running deployment.
+//!
+//! Exit codes: 0 ok, 1 runtime failure, 2 bad configuration or manifests.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use serde_json::Value;
+
+use crate::error::Error;
+
+/// Writes a line to stdout, ignoring a closed pipe (`toolrouter tools | head`).
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout().lock(), $($arg)*);
+    }};
+}
+
+pub mod bench;
+mod check;
+mod client;
+pub mod connection;
+mod eval;
+pub mod serve;
+mod settings;
+
+use bench::BenchCommand;
+use check::KeywordsCommand;
+use client::ClientArgs;
+use connection::{Connection, DEFAULT_ADDR};
+use eval::EvalArgs;
+use serve::ServeArgs;
+use settings::SettingsAction;
+
+/// toolrouter: decides which LLM tool definitions a chat backend sends on each turn.
+#[derive(Debug, Parser)]
+#[command(name = "toolrouter", version, about)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the daemon.
+    Serve(Box<ServeArgs>),
+    /// Route a message: which domains and tools a turn gets, and why.
+    Route {
+        /// The user's message.
+        message: String,
+        /// Route within this conversation.
+        #[arg(long)]
+        conversation: Option<String>,
+        /// Compute the answer but record nothing about the conversation.
+        #[arg(long)]
+        dry_run: bool,
+        /// Connection and output options.
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Search every tool of the registry by what it does (the `search_tools` meta-tool).
+    Search {
+        /// What to look for.
+        query: String,
+        /// How many hits (at most 20).
+        #[arg(long, default_value_t = 5)]
+        limit: u32,
+        /// The conversation to load the top hits' groups into (with `--load`).
+        #[arg(long)]
+        conversation: Option<String>,
+        /// Load the active groups of the top hits (at most 3) into the conversation.
+        #[arg(long, requires = "conversation")]
+        load: bool,
+        /// Connection and output options.
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Measure routing on labelled messages, in-process (no daemon needed).
+    Eval(Box<EvalArgs>),
+    /// Help for manifest authors.
+    Keywords {
+        /// What to do.
+        #[command(subcommand)]
+        command: KeywordsCommand,
+    },
+    /// List every domain, whether it is active, and the prompt section.
+    Groups {
+        /// Connection and output options.
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Load a group's tools into a conversation.
+    Load {
+        /// The group's name.
+        group: String,
+        /// The conversation to load it into.
+        #[arg(long)]
+        conversation: String,
+        /// Connection and output options.
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// List every tool of every domain, whatever the settings.
+    Tools {
+        /// Connection and output options.
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Ask the daemon to re-read the settings table now.
+    Invalidate {
+        /// Connection and output options.
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Forget one conversation's loaded groups and sticky hits.
+    Reset {
+        /// The conversation to forget.
+        #[arg(long)]
+        conversation: String,
+        /// Connection and output options.
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Ask the daemon to reload its manifests (as SIGHUP does); exits 2 when it refuses
+    /// invalid manifests (the old registry keeps serving).
+    Reload {
+        /// Connection and output options.
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Describe the running daemon: version, registry, database, settings age, uptime and
+    /// its effective configuration (secrets left out).
+    Describe {
+        /// Connection and output options.
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Check the daemon's gRPC health; exits 0 when it is SERVING.
+    Health {
+        /// Connection and output options.
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Validate manifest folders offline; exits 2 on any error. Warnings (a tool without a
+    /// tier, a description over 1,024 characters, a folder without manifests, a skipped
+    /// file) are printed and do not fail.
+    Check {
+        /// Folders of `*.json` / `*.toml` manifests.
+        #[arg(required = true)]
+        dirs: Vec<PathBuf>,
+        /// Print the summary, errors and warnings as one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Load-test a running daemon.
+    Bench {
+        /// Which tool.
+        #[command(subcommand)]
+        command: BenchCommand,
+    },
+    /// Edit the settings table, then ask a running daemon to invalidate (best effort).
+    ///
+    /// Without `--database`, the running daemon is asked which database it uses (else
+    /// `sqlite://toolrouter.db`). A database other than the daemon's is refused without
+    /// `--force`, and one that does not exist without `--create` (exit 2).
+    Settings {
+        /// What to do with the table.
+        #[command(subcommand)]
+        action: SettingsAction,
+        /// The database to edit [default: the running daemon's, else sqlite://toolrouter.db].
+        #[arg(long, global = true, env = "TOOLROUTER_DATABASE")]
+        database: Option<String>,
+        /// Write even though the daemon at `--addr` uses another database.
+        #[arg(long, global = true)]
+        force: bool,
+        /// Create the database file when it does not exist.
+        #[arg(long, global = true)]
+        create: bool,
+        /// Print `list` as JSON.
+        #[arg(long, global = true)]
+        json: bool,
+        /// How long to wait for the daemon, e.g. `3s` [default: 3s].
+        #[arg(long, global = true, env = "TOOLROUTER_TIMEOUT", value_parser = humantime::parse_duration)]
+        timeout: Option<Duration>,
+        /// The daemon to notify.
+        #[arg(long, global = true, env = "TOOLROUTER_ADDR", default_value = DEFAULT_ADDR)]
+        addr: String,
+        /// Bearer token, when the daemon requires one.
+        #[arg(long, global = true, env = "TOOLROUTER_AUTH_TOKEN", hide_env_values = true)]
+        auth_token: Option<String>,
+        /// CA certificate (PEM) to trust for an `https://` address.
+        #[arg(long, global = true, env = "TOOLROUTER_TLS_CA")]
+        tls_ca: Option<PathBuf>,
+    },
+}
+
+/// A failure with the exit code it maps to.
+struct Failure {
+    code: u8,
+    message: String,
+}
+
+impl Failure {
+    fn runtime(message: impl Into<String>) -> Self {
+        Failure {
+            code: 1,
+            message: message.into(),
+        }
+    }
+    fn config(message: impl Into<String>) -> Self {
+        Failure {
+            code: 2,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<Error> for Failure {
+    fn from(e: Error) -> Self {
+        match e {
+            Error::Manifests(_) | Error::Config(_) => Failure::config(e.to_string()),
+            other => Failure::runtime(other.to_string()),
+        }
+    }
+}
+
+impl From<tonic::Status> for Failure {
+    fn from(s: tonic::Status) -> Self {
+        Failure::runtime(format!("{:?}: {}", s.code(), s.message()))
+    }
+}
+
+/// Runs the parsed command line and returns the process exit code.
+pub async fn run(cli: Cli) -> ExitCode {
+    let result = match cli.command {
+        Command::Serve(args) => serve::serve(&args).await,
+        Command::Route {
+            message,
+            conversation,
+            dry_run,
+            client,
+        } => client::route(&client, message, conversation, dry_run).await,
+        Command::Search {
+            query,
+            limit,
+            conversation,
+            load,
+            client,
+        } => client::search(&client, query, limit, conversation, load).await,
+        Command::Eval(args) => eval::eval(&args),
+        Command::Keywords { command } => check::keywords(command),
+        Command::Groups { client } => client::groups(&client).await,
+        Command::Load {
+            group,
+            conversation,
+            client,
+        } => client::load(&client, group, conversation).await,
+        Command::Tools { client } => client::tools(&client).await,
+        Command::Invalidate { client } => client::invalidate(&client).await,
+        Command::Reset { conversation, client } => client::reset(&client, conversation).await,
+        Command::Reload { client } => client::reload(&client).await,
+        Command::Describe { client } => client::describe(&client).await,
+        Command::Health { client } => client::health(client).await,
+        Command::Check { dirs, json } => check::check(&dirs, json),
+        Command::Settings {
+            action,
+            database,
+            force,
+            create,
+            json,
+            timeout,
+            addr,
+            auth_token,
+            tls_ca,
+        } => {
+            let conn = Connection {
+                addr,
+                auth_token,
+                tls_ca,
+                timeout: Some(timeout.unwrap_or(settings::NOTIFY_TIMEOUT)),
+            };
+            let opts = settings::SettingsOptions {
+                database,
+                force,
+                create,
+                json,
+            };
+            settings::settings(action, &opts, &conn).await
+        }
+        Command::Bench { command } => bench::bench(command).await,
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(f) => {
+            eprintln!("error: {}", f.message);
+            ExitCode::from(f.code)
+        }
+    }
+}
+
+fn print_json(v: &Value) {
+    // A `Value` always serialises.
+    out!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
+}
+
+/// Prints rows under headers, each column as wide as its widest cell.
+fn print_table(headers: &[&str], rows: &[Vec<String>]) {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let padded: Vec<String> = cells
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        out!("{}", padded.join("  ").trim_end());
+    };
+    line(headers.to_vec());
+    for row in rows {
+        line(row.iter().map(String::as_str).collect());
+    }
+}

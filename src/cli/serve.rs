@@ -1,0 +1,402 @@
+//! `serve`: its flags laid over the configuration (defaults < `--config` file <
+//! `TOOLROUTER_*` environment < flags), the command-line spelling of the routing enums,
+//! logging, and the signals: SIGHUP reloads the registry, SIGTERM or Ctrl-C drains and stops.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+
+use super::Failure;
+use crate::config::{Config, LogFormat, parse_listen};
+use crate::matcher::MatchMode;
+use crate::registry::Registry;
+use crate::router::FallbackPolicy;
+use crate::state::State;
+
+/// `--fallback`: [`FallbackPolicy`] as the command line spells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum FallbackArg {
+    /// Core, loaded, and every active non-core domain with `fallback = true`.
+    AllActive,
+    /// Core and loaded domains only.
+    CoreOnly,
+}
+
+impl From<FallbackArg> for FallbackPolicy {
+    fn from(v: FallbackArg) -> Self {
+        match v {
+            FallbackArg::AllActive => FallbackPolicy::AllActive,
+            FallbackArg::CoreOnly => FallbackPolicy::CoreOnly,
+        }
+    }
+}
+
+/// `--keyword-match`: [`MatchMode`] as the command line spells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum KeywordMatchArg {
+    /// On word boundaries, with the plural/verb suffix rule.
+    Word,
+    /// Anywhere in the message, no suffix rules.
+    Substring,
+}
+
+impl From<KeywordMatchArg> for MatchMode {
+    fn from(v: KeywordMatchArg) -> Self {
+        match v {
+            KeywordMatchArg::Word => MatchMode::Word,
+            KeywordMatchArg::Substring => MatchMode::Substring,
+        }
+    }
+}
+
+/// `--log-format`: [`LogFormat`] as the command line spells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormatArg {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+impl From<LogFormatArg> for LogFormat {
+    fn from(v: LogFormatArg) -> Self {
+        match v {
+            LogFormatArg::Text => LogFormat::Text,
+            LogFormatArg::Json => LogFormat::Json,
+        }
+    }
+}
+
+/// How a flag's value lands on the configuration key of the same name: an option given
+/// replaces the key (converted: a command-line enum into the core one, `T` into
+/// `Option<T>`), a non-empty list replaces the list, a switch given turns the key on.
+/// Absent flags leave the file's value (or the default).
+trait Overlay<K> {
+    fn apply(self, key: &mut K);
+}
+
+impl<V: Into<K>, K> Overlay<K> for Option<V> {
+    fn apply(self, key: &mut K) {
+        if let Some(v) = self {
+            *key = v.into();
+        }
+    }
+}
+
+impl<T> Overlay<Vec<T>> for Vec<T> {
+    fn apply(self, key: &mut Vec<T>) {
+        if !self.is_empty() {
+            *key = self;
+        }
+    }
+}
+
+impl Overlay<bool> for bool {
+    fn apply(self, key: &mut bool) {
+        *key |= self;
+    }
+}
+
+/// Declares [`ServeArgs`]: `--config`, one flag per configuration key (named as the key of
+/// [`Config`] it sets, so a new key is a `Config` field plus its flag here), and
+/// `--print-config`; and `ServeArgs::overlay`, which lays every flag over its key.
+macro_rules! serve_args {
+    ($($(#[$meta:meta])* $key:ident: $ty:ty,)*) => {
+        /// `serve` flags. Each is also `TOOLROUTER_<NAME>` in the environment and a key in the
+        /// `--config` file; flags win over the environment, which wins over the file.
+        #[derive(Debug, Args)]
+        pub struct ServeArgs {
+            /// A TOML file with any of the keys below (snake_case).
+            #[arg(long, env = "TOOLROUTER_CONFIG")]
+            pub config: Option<PathBuf>,
+            $($(#[$meta])* pub $key: $ty,)*
+            /// Print the effective configuration as TOML and exit.
+            #[arg(long)]
+            pub print_config: bool,
+        }
+
+        impl ServeArgs {
+            fn overlay(&self, c: &mut Config) {
+                $(self.$key.clone().apply(&mut c.$key);)*
+            }
+        }
+    };
+}
+
+serve_args! {
+    /// Address to listen on, `host:port` (a host name is resolved) [default: 127.0.0.1:50051].
+    #[arg(long, env = "TOOLROUTER_LISTEN", value_parser = parse_listen)]
+    listen: Option<SocketAddr>,
+    /// SQLite database URL [default: sqlite://toolrouter.db].
+    #[arg(long, env = "TOOLROUTER_DATABASE")]
+    database: Option<String>,
+    /// Manifest folder (repeatable; in the environment, separated by `:`) [default: the
+    /// built-in demo registry].
+    #[arg(long, env = "TOOLROUTER_MANIFESTS", value_delimiter = ':')]
+    manifests: Vec<PathBuf>,
+    /// Settings cache TTL, e.g. `10s` [default: 10s].
+    #[arg(long, env = "TOOLROUTER_SETTINGS_TTL", value_parser = humantime::parse_duration)]
+    settings_ttl: Option<Duration>,
+    /// What a turn with no keyword hit gets [default: all-active].
+    #[arg(long, env = "TOOLROUTER_FALLBACK", value_enum)]
+    fallback: Option<FallbackArg>,
+    /// How keywords hit [default: word].
+    #[arg(long, env = "TOOLROUTER_KEYWORD_MATCH", value_enum)]
+    keyword_match: Option<KeywordMatchArg>,
+    /// Start answers with the `load_tool_group` meta-tool [default: true].
+    #[arg(long, env = "TOOLROUTER_EXPOSE_LOAD_TOOL_GROUP")]
+    expose_load_tool_group: Option<bool>,
+    /// Carry the `search_tools` meta-tool in answers [default: true].
+    #[arg(long, env = "TOOLROUTER_EXPOSE_SEARCH_TOOLS")]
+    expose_search_tools: Option<bool>,
+    /// When the search index routes: `off` (keywords only), `fallback` (only when nothing
+    /// else routed the message) or `augment` (always) [default: augment].
+    #[arg(long, env = "TOOLROUTER_SEARCH")]
+    search: Option<crate::search::SearchMode>,
+    /// A domain is a search hit when it scores at least this share of its segment's best
+    /// [default: 0.6].
+    #[arg(long, env = "TOOLROUTER_SEARCH_MIN_RATIO")]
+    search_min_ratio: Option<f32>,
+    /// At most this many search hits per sentence or clause [default: 6].
+    #[arg(long, env = "TOOLROUTER_SEARCH_PER_SEGMENT")]
+    search_per_segment: Option<usize>,
+    /// A sentence or clause counts only when its best score is at least this share of the
+    /// message's best [default: 0.2].
+    #[arg(long, env = "TOOLROUTER_SEARCH_SEGMENT_RATIO")]
+    search_segment_ratio: Option<f32>,
+    /// How long an idle conversation is remembered, e.g. `24h` [default: 24h].
+    #[arg(long, env = "TOOLROUTER_CONVERSATION_TTL", value_parser = humantime::parse_duration)]
+    conversation_ttl: Option<Duration>,
+    /// Largest accepted message in bytes [default: 65536].
+    #[arg(long, env = "TOOLROUTER_MAX_MESSAGE_BYTES")]
+    max_message_bytes: Option<usize>,
+    /// Log format [default: text].
+    #[arg(long, env = "TOOLROUTER_LOG_FORMAT", value_enum)]
+    log_format: Option<LogFormatArg>,
+    /// How long a database statement waits for a lock, e.g. `5s` [default: 5s].
+    #[arg(long, env = "TOOLROUTER_BUSY_TIMEOUT", value_parser = humantime::parse_duration)]
+    busy_timeout: Option<Duration>,
+    /// On SIGTERM, how long in-flight calls get to finish, e.g. `10s` [default: 10s].
+    #[arg(long, env = "TOOLROUTER_DRAIN_TIMEOUT", value_parser = humantime::parse_duration)]
+    drain_timeout: Option<Duration>,
+    /// How long one call may take before `DEADLINE_EXCEEDED`, e.g. `10s` [default: 10s].
+    #[arg(long, env = "TOOLROUTER_REQUEST_TIMEOUT", value_parser = humantime::parse_duration)]
+    request_timeout: Option<Duration>,
+    /// Calls served at once; more get `RESOURCE_EXHAUSTED` [default: 1024].
+    #[arg(long, env = "TOOLROUTER_MAX_CONCURRENT_REQUESTS")]
+    max_concurrent_requests: Option<usize>,
+    /// Require `authorization: Bearer <TOKEN>` on every call except health.
+    #[arg(long, env = "TOOLROUTER_AUTH_TOKEN", hide_env_values = true)]
+    auth_token: Option<String>,
+    /// Allow a non-loopback `--listen` address without `--auth-token`.
+    #[arg(long, env = "TOOLROUTER_ALLOW_UNAUTHENTICATED")]
+    allow_unauthenticated: bool,
+    /// PEM certificate chain: serve TLS (with `--tls-key`).
+    #[arg(long, env = "TOOLROUTER_TLS_CERT")]
+    tls_cert: Option<PathBuf>,
+    /// PEM private key for `--tls-cert`.
+    #[arg(long, env = "TOOLROUTER_TLS_KEY")]
+    tls_key: Option<PathBuf>,
+    /// Serve Prometheus metrics at `http://ADDR/metrics` (`host:port`) [default: off].
+    #[arg(long, env = "TOOLROUTER_METRICS_LISTEN", value_parser = parse_listen)]
+    metrics_listen: Option<SocketAddr>,
+    /// Memory for the conversation cache in bytes; less-used conversations beyond it are
+    /// re-read from the database [default: 67108864 (64 MiB)].
+    #[arg(long, env = "TOOLROUTER_CONVERSATION_CACHE_BYTES")]
+    conversation_cache_bytes: Option<u64>,
+    /// Connections the kernel queues before the daemon accepts them [default: 1024].
+    #[arg(long, env = "TOOLROUTER_LISTEN_BACKLOG")]
+    listen_backlog: Option<u32>,
+    /// How long a new connection may send nothing before it is closed, e.g. `10s`
+    /// [default: 10s].
+    #[arg(long, env = "TOOLROUTER_HANDSHAKE_TIMEOUT", value_parser = humantime::parse_duration)]
+    handshake_timeout: Option<Duration>,
+}
+
+impl ServeArgs {
+    /// The effective configuration: defaults < config file < environment < flags.
+    ///
+    /// # Errors
+    /// An unreadable or invalid config file, or a configuration `Config::validate` refuses.
+    pub fn config(&self) -> crate::Result<Config> {
+        let mut c = Config::load(self.config.as_deref())?;
+        self.overlay(&mut c);
+        c.validate()?;
+        Ok(c)
+    }
+}
+
+/// Logs to stderr in `format`, at the level `RUST_LOG` asks for (default `info`).
+pub fn init_tracing(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    use std::io::IsTerminal as _;
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        // Colour codes only where a person reads them, never into a file or a pipe.
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr);
+    // `try_init` fails only when a subscriber is already set (tests); keeping it is fine.
+    let _ = match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder
+            .json()
+            .event_format(crate::telemetry::JsonLogFormat(
+                tracing_subscriber::fmt::format().json(),
+            ))
+            .try_init(),
+    };
+}
+
+pub(super) async fn serve(args: &ServeArgs) -> Result<(), Failure> {
+    let config = args.config()?;
+    if args.print_config {
+        out!("{}", config.to_toml());
+        return Ok(());
+    }
+    init_tracing(config.log_format);
+    let registry = Registry::load(&config.manifests)?;
+    tracing::info!(
+        listen = %config.listen,
+        database = %config.database,
+        manifests = ?config.manifests,
+        settings_ttl = ?config.settings_ttl,
+        fallback = ?config.fallback,
+        keyword_match = ?config.keyword_match,
+        expose_load_tool_group = config.expose_load_tool_group,
+        conversation_ttl = ?config.conversation_ttl,
+        max_message_bytes = config.max_message_bytes,
+        domains = registry.domains().len(),
+        tools = registry.tool_count(),
+        registry_version = %format!("{:016x}", registry.version()),
+        "starting"
+    );
+    #[cfg(unix)]
+    match crate::server::raise_open_files_limit() {
+        Ok(limit) => tracing::info!(limit, "open-files limit"),
+        Err(e) => tracing::warn!(error = %e, "cannot raise the open-files limit"),
+    }
+    let listener = crate::server::bind(config.listen, config.listen_backlog)
+        .map_err(|e| Failure::runtime(format!("cannot listen on {}: {e}", config.listen)))?;
+    let state = State::new(registry, &config).await?;
+    #[cfg(unix)]
+    tokio::spawn(reload_on_sighup(state.clone()));
+    crate::server::serve(listener, state, &config, shutdown_signal())
+        .await
+        .map_err(|e| Failure::runtime(format!("server failed: {e}")))
+}
+
+/// Reloads the registry on each SIGHUP; a failed reload is logged and the old one serves on.
+#[cfg(unix)]
+async fn reload_on_sighup(state: State) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut hup = match signal(SignalKind::hangup()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot listen for SIGHUP; reload with the ReloadRegistry call");
+            return;
+        }
+    };
+    while hup.recv().await.is_some() {
+        tracing::info!("SIGHUP: reloading the registry");
+        if let Err(e) = state.reload().await {
+            tracing::error!(error = %e, "registry reload failed; the previous registry serves on");
+        }
+    }
+}
+
+/// Resolves on Ctrl-C or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        if let Err(e) = tokio::signal::ctrl_c().await {
+            tracing::error!(error = %e, "cannot listen for Ctrl-C");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = term => {}
+    }
+    tracing::info!("shutdown requested; finishing in-flight calls");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each command-line value converts to the core value the config file spells the same.
+    fn spelled_as_in_config_files<A, C>()
+    where
+        A: ValueEnum + Into<C>,
+        C: serde::Serialize,
+    {
+        for v in A::value_variants() {
+            let flag = v.to_possible_value().unwrap();
+            let core: C = v.clone().into();
+            assert_eq!(serde_json::to_value(core).unwrap(), flag.get_name());
+        }
+    }
+
+    #[test]
+    fn every_flag_value_is_spelled_as_in_the_config_file() {
+        spelled_as_in_config_files::<FallbackArg, FallbackPolicy>();
+        spelled_as_in_config_files::<KeywordMatchArg, MatchMode>();
+        spelled_as_in_config_files::<LogFormatArg, LogFormat>();
+    }
+
+    #[test]
+    fn flags_given_replace_their_keys_and_absent_ones_keep_them() {
+        use clap::Parser as _;
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("c.toml");
+        std::fs::write(
+            &file,
+            "fallback = \"core-only\"\nmanifests = [\"m\"]\nallow_unauthenticated = true\n\
+             auth_token = \"file\"\nmax_message_bytes = 100\n",
+        )
+        .unwrap();
+        let cli = crate::cli::Cli::try_parse_from([
+            "toolrouter",
+            "serve",
+            "--config",
+            file.to_str().unwrap(),
+            "--keyword-match",
+            "substring",
+            "--log-format",
+            "json",
+            "--auth-token",
+            "flag",
+            "--settings-ttl",
+            "2s",
+        ])
+        .unwrap();
+        let crate::cli::Command::Serve(args) = cli.command else {
+            panic!("not serve")
+        };
+        let c = args.config().unwrap();
+        assert_eq!(c.keyword_match, MatchMode::Substring);
+        assert_eq!(c.log_format, LogFormat::Json);
+        assert_eq!(c.auth_token.as_deref(), Some("flag"));
+        assert_eq!(c.settings_ttl, Duration::from_secs(2));
+        assert_eq!(c.fallback, FallbackPolicy::CoreOnly, "the file's, no flag");
+        assert_eq!(c.manifests, vec![PathBuf::from("m")]);
+        assert!(c.allow_unauthenticated);
+        assert_eq!(c.max_message_bytes, 100);
+    }
+}

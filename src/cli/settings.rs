@@ -1,0 +1,144 @@
+//! `settings`: edit the settings table as a settings UI would, then ask the running daemon
+//! to re-read it (best effort). Guards against editing a database the daemon does not use.
+
+use std::time::Duration;
+
+use clap::Subcommand;
+use serde_json::{Value, json};
+
+use super::client::call;
+use super::connection::Connection;
+use super::{Failure, print_json, print_table};
+use crate::db::Db;
+use crate::proto;
+
+/// `settings` actions.
+#[derive(Debug, Subcommand)]
+pub enum SettingsAction {
+    /// Set KEY to VALUE.
+    Set {
+        /// The settings key.
+        key: String,
+        /// Its value.
+        value: String,
+    },
+    /// Remove KEY.
+    Unset {
+        /// The settings key.
+        key: String,
+    },
+    /// Print every setting.
+    List,
+}
+
+/// How long `settings` waits for the daemon (to ask its database, then to invalidate).
+pub(super) const NOTIFY_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// `settings` options besides the action.
+pub(super) struct SettingsOptions {
+    /// `--database`, when given (flag or environment).
+    pub(super) database: Option<String>,
+    /// `--force`: write a database other than the daemon's.
+    pub(super) force: bool,
+    /// `--create`: create a database file that does not exist.
+    pub(super) create: bool,
+    /// `--json`: print `list` as JSON.
+    pub(super) json: bool,
+}
+
+/// The database `settings` used when neither `--database` nor a running daemon names one.
+const DEFAULT_DATABASE: &str = "sqlite://toolrouter.db";
+
+pub(super) async fn settings(
+    action: SettingsAction,
+    opts: &SettingsOptions,
+    conn: &Connection,
+) -> Result<(), Failure> {
+    let addr = &conn.addr;
+    let writes = !matches!(action, SettingsAction::List);
+    // Which database the daemon at --addr uses, when one answers.
+    let daemon = match conn.client().await {
+        Ok(mut c) => call(conn, c.describe_server(proto::DescribeServerRequest {}))
+            .await
+            .ok(),
+        Err(_) => None,
+    };
+    let database = match (&opts.database, &daemon) {
+        (Some(db), _) => db.clone(),
+        // The daemon's own database: its URL, by the absolute path it reported.
+        (None, Some(d)) if !d.database_path.is_empty() => format!("sqlite://{}", d.database_path),
+        (None, _) => DEFAULT_DATABASE.to_string(),
+    };
+    let file = crate::db::database_file(&database)?;
+    if let (Some(d), Some(file)) = (&daemon, &file)
+        && !d.database_path.is_empty()
+        && std::path::Path::new(&d.database_path) != file.as_path()
+    {
+        let message = format!(
+            "the daemon at {addr} uses {}, not {}: pass --database {:?} to edit its settings{}",
+            d.database_path,
+            file.display(),
+            format!("sqlite://{}", d.database_path),
+            if writes {
+                ", or --force to write the other database anyway"
+            } else {
+                ""
+            }
+        );
+        if writes && !opts.force {
+            return Err(Failure::config(message));
+        }
+        eprintln!("note: {message}");
+    }
+    if let Some(file) = &file
+        && !file.exists()
+        && !opts.create
+    {
+        return Err(Failure::config(format!(
+            "the database {} does not exist; pass --create to create it (or --database to name the daemon's)",
+            file.display()
+        )));
+    }
+    let db = Db::connect(&database).await?;
+    match action {
+        SettingsAction::Set { key, value } => {
+            db.set_setting(&key, &value).await?;
+            out!("set {key}");
+        }
+        SettingsAction::Unset { key } => {
+            let existed = db.unset_setting(&key).await?;
+            out!("{} {key}", if existed { "unset" } else { "was not set:" });
+        }
+        SettingsAction::List => {
+            let mut rows = db.read_settings().await?;
+            rows.sort();
+            db.close().await;
+            if opts.json {
+                let map: serde_json::Map<String, Value> =
+                    rows.into_iter().map(|(k, v)| (k, Value::String(v))).collect();
+                print_json(&json!({ "settings": map }));
+            } else {
+                let rows: Vec<Vec<String>> = rows.into_iter().map(|(k, v)| vec![k, v]).collect();
+                print_table(&["KEY", "VALUE"], &rows);
+            }
+            return Ok(());
+        }
+    }
+    db.close().await;
+    // Best effort: the change is in the table either way and shows within one TTL.
+    let notified = match conn.client().await {
+        Ok(mut c) => call(conn, c.invalidate_settings(proto::InvalidateSettingsRequest {})).await,
+        Err(e) => Err(e.into()),
+    };
+    match notified {
+        Ok(r) => out!(
+            "daemon at {addr} re-read settings; active domains: {}",
+            r.active_domains.join(", ")
+        ),
+        Err(f) => out!(
+            "note: {} (the daemon will see the change within its settings TTL)",
+            f.message
+        ),
+    }
+    Ok(())
+}
