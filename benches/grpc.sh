@@ -14,7 +14,7 @@ duration=${2:-10s}
 rounds=${3:-3}
 bin=target/release/toolrouter
 tools=target/release/toolrouter-bench
-cargo build --release --workspace --quiet
+cargo build --release --quiet
 tmp=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$tmp"' EXIT
 "$tools" export "$workload" --out "$tmp" --eval "${TOOLROUTER_EVAL_DIR:-../shared/eval}" >&2

@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 duration=${1:-60s}
 concurrency=${2:-8}
 
-cargo build --release --workspace --quiet
+cargo build --release --quiet
 bin=target/release/toolrouter
 tools=target/release/toolrouter-bench
 work=$(mktemp -d)
