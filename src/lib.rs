@@ -4,45 +4,48 @@
 //! a SQLite `settings` table.
 //!
 //! # Layout
-//! Data flows top to bottom:
+//! Modules in data-flow order; each uses only modules above it (`.ci/layers.py` checks):
+//! - [`error`]: the crate's `Error`, whose request variants own the SPEC texts, and its one
+//!   mapping onto gRPC status codes.
 //! - [`registry`]: manifests (both formats, validated) into an immutable `Registry`.
 //! - [`matcher`]: the Aho-Corasick keyword automaton and the word-boundary rule. Pure.
 //! - [`search`]: the search index over tool text (BM25F, Snowball stems). Pure.
-//! - [`router`]: `route()` and `load()`, pure functions of registry, settings snapshot,
-//!   conversation and message.
-//! - [`settings`]: the settings snapshot and its TTL cache.
-//! - [`conversations`]: loaded groups and sticky hits per conversation, persisted.
-//! - [`db`]: the SQLite pool, migrations and every SQL statement.
-//! - [`state`]: the shared state tying them together for one request.
-//! - [`service`]: the tonic `ToolRouter` service: proto to domain types and back; [`codec`]:
-//!   its protobuf codec (a request that does not decode is `INVALID_ARGUMENT`).
-//! - [`guard`]: auth, load shedding and the per-request timeout, in front of the services.
-//! - [`telemetry`]: one log line per call and the Prometheus metrics (`--metrics-listen`).
-//! - [`server`]: `serve(listener, state, config, shutdown)` with health, reflection, TLS and
-//!   the drain timeout.
-//! - [`eval`]: `toolrouter eval`, routing quality over labelled messages.
-//! - [`config`] and [`cli`]: configuration layers and the command line, one file per
-//!   command family; [`cli::connection`]: how the client commands, the load generator and
-//!   tests reach a daemon (token, TLS, timeout).
+//! - [`router`]: the pure decision: the settings snapshot and what it activates, the
+//!   conversation state a route reads, `route()` and `load()`. No I/O, no clock.
+//! - [`eval`]: routing quality over labelled messages (`toolrouter eval`), in-process.
+//! - [`db`]: the SQLite pool, migrations and every SQL statement (one fn each).
+//! - `settings`: the TTL cache of the settings snapshot over the database.
+//! - `conversations`: per-conversation state over the database: cache, locks, persistence.
+//! - [`config`]: defaults < `--config` file < `TOOLROUTER_*` environment < flags.
+//! - [`state`]: the composition root: the swapped view (registry, automaton, index,
+//!   activation) and the operations that ask the router and persist what it changed.
+//! - [`telemetry`]: one log line per call and the Prometheus metrics.
+//! - [`service`]: the tonic `ToolRouter` service: requests parsed at the edge, domain types
+//!   into proto; `codec`: its protobuf codec (a request that does not decode is
+//!   `INVALID_ARGUMENT`); `guard`: auth, load shedding and the per-request timeout.
+//! - [`server`]: `serve(listener, state, config, shutdown)` with health, reflection, TLS,
+//!   metrics and the drain timeout.
+//! - [`cli`]: the command line, one file per command family; [`cli::connection`]: how the
+//!   client commands, the load generator and tests reach a daemon (token, TLS, timeout).
 #![warn(missing_docs)]
 
-pub mod cli;
-pub mod codec;
-pub mod config;
-pub mod conversations;
-pub mod db;
 pub mod error;
-pub mod eval;
-pub mod guard;
-pub mod matcher;
 pub mod registry;
-pub mod router;
+pub mod matcher;
 pub mod search;
-pub mod server;
-pub mod service;
-pub mod settings;
+pub mod router;
+pub mod eval;
+pub mod db;
+pub(crate) mod settings;
+pub(crate) mod conversations;
+pub mod config;
 pub mod state;
 pub mod telemetry;
+pub(crate) mod codec;
+pub(crate) mod guard;
+pub mod service;
+pub mod server;
+pub mod cli;
 
 pub use error::{Error, Result};
 

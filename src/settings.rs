@@ -89,7 +89,8 @@ impl SettingsCache {
     }
 
     /// Why the last read failed, while it keeps failing.
-    pub fn failure(&self) -> Option<Arc<str>> {
+    #[cfg(test)]
+    fn failure(&self) -> Option<Arc<str>> {
         self.current.load().failure.clone()
     }
 
