@@ -15,7 +15,7 @@ use crate::error::Error;
 /// The transport's limit on one request. Requests over the field limits but under this one
 /// are decoded and answered `INVALID_ARGUMENT` naming the field limit; larger ones are
 /// refused before decoding with `RESOURCE_EXHAUSTED`.
-pub const TRANSPORT_LIMIT_BYTES: usize = 4 * 1024 * 1024;
+pub(crate) const TRANSPORT_LIMIT_BYTES: usize = 4 * 1024 * 1024;
 
 /// A [`ProstCodec`] whose request decode errors are `INVALID_ARGUMENT`.
 #[derive(Debug, Clone)]

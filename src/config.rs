@@ -193,7 +193,7 @@ impl Config {
 
     /// The configuration as a TOML file `--config` would accept. The auth token is never
     /// printed; a comment says whether one is set.
-    pub fn to_toml(&self) -> String {
+    pub(crate) fn to_toml(&self) -> String {
         // Every field is a string, number, bool, list or absent option, all of which TOML
         // holds; only a path that is not UTF-8 cannot be written, and then the text says so.
         let mut out = toml::to_string(self)

@@ -24,7 +24,7 @@ use crate::router::{Conversation, Mark, Member};
 
 /// Default memory budget of the conversation cache: 64 MiB, about 120,000 conversations with
 /// short ids (see BENCHMARKS.md for the measured resident memory).
-pub const DEFAULT_CACHE_BYTES: u64 = 64 * 1024 * 1024;
+pub(crate) const DEFAULT_CACHE_BYTES: u64 = 64 * 1024 * 1024;
 
 /// Memory a cached conversation costs beyond its id and members: the cache's own bookkeeping,
 /// the entry and its lock, and its slot in the live table. Measured: 200,000 conversations
@@ -101,7 +101,7 @@ struct Live {
 
 /// A locked conversation, for one call: what it remembers, and the one way to change it.
 /// Dropping it unlocks it.
-pub struct ConversationGuard {
+pub(crate) struct ConversationGuard {
     entry: OwnedMutexGuard<Entry>,
     id: Arc<str>,
     /// The call's database session (the file was checked when it was locked).
@@ -121,7 +121,11 @@ impl ConversationGuard {
     ///
     /// # Errors
     /// A database fault.
-    pub async fn record<'a>(&mut self, domains: impl IntoIterator<Item = &'a str>, mark: Mark) -> Result<()> {
+    pub(crate) async fn record<'a>(
+        &mut self,
+        domains: impl IntoIterator<Item = &'a str>,
+        mark: Mark,
+    ) -> Result<()> {
         let change = self.entry.state.change(domains, mark);
         if change.is_empty() {
             return Ok(());
@@ -163,7 +167,7 @@ pub struct Conversations {
 }
 
 /// Unix milliseconds now.
-pub fn now_ms() -> i64 {
+pub(crate) fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64)
@@ -260,7 +264,7 @@ impl Conversations {
     }
 
     /// Conversations held in memory now.
-    pub async fn cached(&self) -> u64 {
+    pub(crate) async fn cached(&self) -> u64 {
         // The cache counts lazily; settle its pending bookkeeping first.
         self.cache.run_pending_tasks().await;
         self.cache.entry_count()
@@ -285,7 +289,7 @@ impl Conversations {
     ///
     /// # Errors
     /// A database fault.
-    pub async fn maintain(&self) -> Result<()> {
+    pub(crate) async fn maintain(&self) -> Result<()> {
         let session = self.db.session().await?;
         for (id, cached) in self.cache.iter() {
             let entry = &cached.entry;

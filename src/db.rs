@@ -28,7 +28,7 @@ use crate::router::Member;
 /// Failed database operations (settings reads, writes, a missing or replaced file), for
 /// the `toolrouter_database_errors_total` metric. Process-wide: every daemon in a process
 /// shares the database layer's count.
-pub static DATABASE_ERRORS: LazyLock<prometheus::IntCounter> = LazyLock::new(|| {
+pub(crate) static DATABASE_ERRORS: LazyLock<prometheus::IntCounter> = LazyLock::new(|| {
     // The name and help are static and valid, so this cannot fail.
     prometheus::IntCounter::new(
         "toolrouter_database_errors_total",
@@ -46,7 +46,7 @@ fn counted<T, E: Into<Error>>(result: std::result::Result<T, E>) -> Result<T> {
 }
 
 /// How long a statement waits for another writer's lock before failing, by default.
-pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The shared pool. Cloning is shallow.
 #[derive(Debug, Clone)]
@@ -96,7 +96,7 @@ fn file_id(path: &Path) -> std::io::Result<FileId> {
 ///
 /// # Errors
 /// A URL that is not a SQLite URL.
-pub fn database_file(url: &str) -> Result<Option<PathBuf>> {
+pub(crate) fn database_file(url: &str) -> Result<Option<PathBuf>> {
     let options = SqliteConnectOptions::from_str(url)?;
     let filename = options.get_filename();
     if filename.as_os_str() == ":memory:" || url.contains("mode=memory") {
@@ -106,14 +106,14 @@ pub fn database_file(url: &str) -> Result<Option<PathBuf>> {
 }
 
 /// `path` made absolute, links resolved where it exists.
-pub fn absolute(path: &Path) -> PathBuf {
+pub(crate) fn absolute(path: &Path) -> PathBuf {
     std::fs::canonicalize(path)
         .or_else(|_| std::path::absolute(path))
         .unwrap_or_else(|_| path.to_path_buf())
 }
 
 /// The URL with any user name and password removed, for logs and `DescribeServer`.
-pub fn redact_url(url: &str) -> String {
+pub(crate) fn redact_url(url: &str) -> String {
     match url.split_once("://") {
         Some((scheme, rest)) => {
             let (authority, tail) = rest.find('/').map_or((rest, ""), |i| rest.split_at(i));
@@ -148,7 +148,7 @@ impl Db {
     ///
     /// # Errors
     /// A bad URL, an unopenable file, or a failed migration.
-    pub async fn connect_with(url: &str, busy_timeout: Duration) -> Result<Db> {
+    pub(crate) async fn connect_with(url: &str, busy_timeout: Duration) -> Result<Db> {
         let options = SqliteConnectOptions::from_str(url)?
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
@@ -183,7 +183,7 @@ impl Db {
     }
 
     /// Bumped each time the file was found replaced and reopened.
-    pub fn generation(&self) -> u64 {
+    pub(crate) fn generation(&self) -> u64 {
         self.inner.generation.load(Ordering::Acquire)
     }
 
@@ -192,7 +192,7 @@ impl Db {
     ///
     /// # Errors
     /// `Unavailable` when the file is missing or cannot be reopened.
-    pub async fn session(&self) -> Result<Session> {
+    pub(crate) async fn session(&self) -> Result<Session> {
         counted(self.current_pool().await).map(|pool| Session { pool })
     }
 
@@ -292,7 +292,7 @@ impl Db {
 
 /// The statements of one call, on the file [`Db::session`] checked. Cloning is shallow.
 #[derive(Debug, Clone)]
-pub struct Session {
+pub(crate) struct Session {
     pool: SqlitePool,
 }
 
@@ -365,7 +365,12 @@ impl Session {
     /// the last-seen time, in one transaction. Flags only ever turn on, so concurrent writers
     /// cannot lose each other's changes.
     #[tracing::instrument(skip(self, members))]
-    pub async fn save_members(&self, id: &str, now_ms: i64, members: &[(usize, Member)]) -> Result<()> {
+    pub(crate) async fn save_members(
+        &self,
+        id: &str,
+        now_ms: i64,
+        members: &[(usize, Member)],
+    ) -> Result<()> {
         counted(self.save_members_tx(id, now_ms, members).await)
     }
 
@@ -396,7 +401,7 @@ impl Session {
 
     /// Moves a conversation's last-seen time forward (the lazy idle-clock flush).
     #[tracing::instrument(skip(self))]
-    pub async fn touch_conversation(&self, id: &str, now_ms: i64) -> Result<()> {
+    pub(crate) async fn touch_conversation(&self, id: &str, now_ms: i64) -> Result<()> {
         counted(
             sqlx::query("UPDATE conversations SET last_seen = max(last_seen, ?2) WHERE id = ?1")
                 .bind(id)
@@ -409,7 +414,7 @@ impl Session {
 
     /// Forgets one conversation.
     #[tracing::instrument(skip(self))]
-    pub async fn delete_conversation(&self, id: &str) -> Result<()> {
+    pub(crate) async fn delete_conversation(&self, id: &str) -> Result<()> {
         counted(self.delete_conversation_tx(id).await)
     }
 
@@ -428,7 +433,7 @@ impl Session {
 
     /// Forgets every conversation idle since before `cutoff_ms`; returns how many.
     #[tracing::instrument(skip(self))]
-    pub async fn delete_idle_conversations(&self, cutoff_ms: i64) -> Result<u64> {
+    pub(crate) async fn delete_idle_conversations(&self, cutoff_ms: i64) -> Result<u64> {
         counted(self.delete_idle_conversations_tx(cutoff_ms).await)
     }
 

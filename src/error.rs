@@ -151,12 +151,12 @@ pub enum Error {
 }
 
 /// The most characters of a caller's value an error message repeats (SPEC §5).
-pub const MAX_ECHO_CHARS: usize = 128;
+pub(crate) const MAX_ECHO_CHARS: usize = 128;
 
 /// A caller's value as an error message may repeat it: cut to [`MAX_ECHO_CHARS`] characters
 /// with `…` appended, so an error never grows with the input (some gRPC clients refuse
 /// large status messages).
-pub fn echo(value: &str) -> std::borrow::Cow<'_, str> {
+pub(crate) fn echo(value: &str) -> std::borrow::Cow<'_, str> {
     match value.char_indices().nth(MAX_ECHO_CHARS) {
         None => value.into(),
         Some((cut, _)) => format!("{}…", &value[..cut]).into(),

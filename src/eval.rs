@@ -41,7 +41,7 @@ pub struct Labelled {
 ///
 /// # Errors
 /// An unreadable file, or a line that is not a labelled message (its line number named).
-pub fn read_labelled(path: &Path) -> Result<Vec<Labelled>> {
+pub(crate) fn read_labelled(path: &Path) -> Result<Vec<Labelled>> {
     let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
         context: format!("cannot read {}", path.display()),
         source,

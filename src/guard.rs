@@ -33,7 +33,7 @@ const HEALTH_PREFIX: &str = "/grpc.health.v1.Health/";
 
 /// The policy; a tower layer. Cloning is shallow.
 #[derive(Clone)]
-pub struct Guard {
+pub(crate) struct Guard {
     policy: Arc<Policy>,
 }
 
@@ -108,7 +108,7 @@ impl<S> tower_layer::Layer<S> for Guard {
 
 /// A service behind the guard.
 #[derive(Clone)]
-pub struct Guarded<S> {
+pub(crate) struct Guarded<S> {
     inner: S,
     policy: Arc<Policy>,
 }

@@ -75,7 +75,7 @@ pub fn bind(addr: std::net::SocketAddr, backlog: u32) -> std::io::Result<TcpList
 /// descriptor, and the common soft default (1,024) is far below what the daemon can serve.
 /// Returns the limit in force afterwards.
 #[cfg(unix)]
-pub fn raise_open_files_limit() -> std::io::Result<libc::rlim_t> {
+pub(crate) fn raise_open_files_limit() -> std::io::Result<libc::rlim_t> {
     let mut limit = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,

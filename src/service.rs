@@ -11,7 +11,7 @@ use crate::state::{Loaded, Routed, State, View};
 use crate::telemetry::{CallSummary, conversation_hash};
 
 /// Longest accepted `conversation_id` or `group_name`, in bytes.
-pub const MAX_CONVERSATION_ID_BYTES: usize = 256;
+pub(crate) const MAX_CONVERSATION_ID_BYTES: usize = 256;
 
 /// What the service accepts, from the configuration.
 #[derive(Debug, Clone, Copy)]

@@ -26,7 +26,7 @@ struct Cached {
 ///
 /// A failed re-read keeps the last good snapshot: routing goes on with it, the failure is
 /// logged once per streak of failures, and the table is tried again each TTL.
-pub struct SettingsCache {
+pub(crate) struct SettingsCache {
     db: Db,
     ttl: Duration,
     current: ArcSwap<Cached>,
@@ -84,7 +84,7 @@ impl SettingsCache {
 
     /// How long ago the snapshot in use was read from the table (it grows past the TTL only
     /// while re-reads fail, or until the next call re-reads).
-    pub fn age(&self) -> Duration {
+    pub(crate) fn age(&self) -> Duration {
         self.current.load().good_at.elapsed()
     }
 

@@ -74,7 +74,7 @@ pub struct Searched {
 }
 
 /// The most domains one `SearchTools` call loads into a conversation (SPEC §5).
-pub const MAX_SEARCH_LOADS: usize = 3;
+pub(crate) const MAX_SEARCH_LOADS: usize = 3;
 
 /// The daemon's shared state. Cloning is shallow.
 #[derive(Clone)]
@@ -190,13 +190,13 @@ impl State {
     }
 
     /// Conversations held in memory now.
-    pub async fn conversations_cached(&self) -> u64 {
+    pub(crate) async fn conversations_cached(&self) -> u64 {
         self.inner.conversations.cached().await
     }
 
     /// The current view, with settings no older than the TTL (or the last good settings
     /// while the table cannot be read).
-    pub async fn view(&self) -> Arc<View> {
+    pub(crate) async fn view(&self) -> Arc<View> {
         let snapshot = self.inner.settings.get().await;
         self.view_for(snapshot)
     }
@@ -268,7 +268,7 @@ impl State {
     ///
     /// # Errors
     /// `NotFound`/`FailedPrecondition` as the router decides, or a database fault.
-    pub async fn load_group(&self, conversation_id: &str, group: &str) -> Result<Loaded> {
+    pub(crate) async fn load_group(&self, conversation_id: &str, group: &str) -> Result<Loaded> {
         let view = self.view().await;
         let convs = &self.inner.conversations;
         let mut entry = convs.lock(conversation_id).await?;
@@ -379,7 +379,7 @@ impl State {
 
     /// Runs conversation upkeep every `period` until `shutdown` resolves (the final flush is
     /// [`State::close`]'s).
-    pub async fn maintain(&self, period: Duration, shutdown: impl std::future::Future<Output = ()>) {
+    pub(crate) async fn maintain(&self, period: Duration, shutdown: impl std::future::Future<Output = ()>) {
         tokio::pin!(shutdown);
         loop {
             tokio::select! {

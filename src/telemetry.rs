@@ -32,7 +32,7 @@ use crate::state::State;
 /// What a handler tells the call log and the metrics about its answer, as a response
 /// extension.
 #[derive(Debug, Clone, Default)]
-pub struct CallSummary {
+pub(crate) struct CallSummary {
     /// A short hash of the conversation id ([`conversation_hash`]).
     pub conversation: Option<String>,
     /// Tools sent (`Route`, `LoadToolGroup`).
@@ -58,7 +58,7 @@ pub fn conversation_hash(id: &str) -> String {
 
 /// The daemon's metrics. Cloning is shallow.
 #[derive(Clone)]
-pub struct Metrics {
+pub(crate) struct Metrics {
     inner: Arc<MetricsInner>,
 }
 
@@ -191,7 +191,7 @@ impl Metrics {
     }
 
     /// The Prometheus text exposition, with the gauges read from `state` now.
-    pub async fn render(&self, state: &State) -> String {
+    pub(crate) async fn render(&self, state: &State) -> String {
         let m = &self.inner;
         let d = state.describe();
         m.settings_age.set(d.settings_age.as_secs_f64());
@@ -219,7 +219,7 @@ impl Default for Metrics {
 
 /// Serves `GET /metrics` on `listener` until `shutdown` resolves. A deliberately small
 /// HTTP/1.1 responder: one request per connection, anything else is 404.
-pub async fn serve_metrics(
+pub(crate) async fn serve_metrics(
     listener: tokio::net::TcpListener,
     metrics: Metrics,
     state: State,
@@ -278,7 +278,7 @@ pub async fn serve_metrics(
 
 /// The tower layer that logs and measures every call.
 #[derive(Clone)]
-pub struct CallLog {
+pub(crate) struct CallLog {
     metrics: Metrics,
 }
 
@@ -302,7 +302,7 @@ impl<S> tower_layer::Layer<S> for CallLog {
 
 /// A service whose calls are logged and measured.
 #[derive(Clone)]
-pub struct Logged<S> {
+pub(crate) struct Logged<S> {
     inner: S,
     metrics: Metrics,
 }
@@ -399,12 +399,12 @@ where
 /// Fields logged as JSON text (`domains`, a list). The text log format shows that text
 /// (`domains=["system:core","docker:keyword"]`); [`JsonLogFormat`] embeds it as a JSON value,
 /// so a list field is a real JSON array, not a string.
-pub const JSON_VALUED_FIELDS: &[&str] = &["domains"];
+pub(crate) const JSON_VALUED_FIELDS: &[&str] = &["domains"];
 
 /// The `--log-format json` event format: tracing-subscriber's JSON format (`F`), with the
 /// fields in [`JSON_VALUED_FIELDS`] embedded as JSON values instead of strings. Events
 /// without such a field are written by `F` untouched.
-pub struct JsonLogFormat<F>(pub F);
+pub(crate) struct JsonLogFormat<F>(pub F);
 
 impl<S, N, F> FormatEvent<S, N> for JsonLogFormat<F>
 where
@@ -472,7 +472,7 @@ fn over_transport_limit_is_resource_exhausted<R>(response: &mut http::Response<R
 }
 
 /// The canonical upper-snake name of a gRPC status code (as in the gRPC docs and grpcurl).
-pub fn code_name(code: tonic::Code) -> &'static str {
+pub(crate) fn code_name(code: tonic::Code) -> &'static str {
     use tonic::Code::*;
     match code {
         Ok => "OK",

@@ -14,10 +14,10 @@ use crate::error::{Error, Result};
 use crate::proto::tool_router_client::ToolRouterClient;
 
 /// Default daemon address for the client subcommands.
-pub const DEFAULT_ADDR: &str = "http://127.0.0.1:50051";
+pub(crate) const DEFAULT_ADDR: &str = "http://127.0.0.1:50051";
 
 /// How long a client command waits to connect and for each answer, unless `--timeout` says.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How a client reaches the daemon.
 #[derive(Debug, Clone, Args)]

@@ -252,7 +252,7 @@ impl Registry {
     /// holding no manifest, a file skipped for its extension, and (when the manifests load) a
     /// tool without a tier or a description over [`MAX_DESCRIPTION_CHARS`]. A folder named
     /// twice (also through another spelling of its path) is read once.
-    pub fn check_dirs(dirs: &[PathBuf]) -> (Result<Registry>, Vec<ManifestError>) {
+    pub(crate) fn check_dirs(dirs: &[PathBuf]) -> (Result<Registry>, Vec<ManifestError>) {
         let mut warnings = Vec::new();
         let mut seen_dirs = std::collections::HashSet::new();
         let mut sources = Vec::new();
@@ -438,7 +438,7 @@ impl Registry {
 
 /// Descriptions longer than this draw a warning from `check`: OpenAI refuses longer function
 /// descriptions.
-pub const MAX_DESCRIPTION_CHARS: usize = 1024;
+pub(crate) const MAX_DESCRIPTION_CHARS: usize = 1024;
 
 fn warning(path: String, message: String) -> ManifestError {
     ManifestError {

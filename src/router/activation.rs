@@ -37,7 +37,7 @@ impl Snapshot {
     }
 
     /// True when `key` has a value that is not empty after trimming Unicode whitespace.
-    pub fn is_set(&self, key: &str) -> bool {
+    pub(crate) fn is_set(&self, key: &str) -> bool {
         self.values.get(key).is_some_and(|v| !v.trim().is_empty())
     }
 }
@@ -107,7 +107,7 @@ impl Activation {
     }
 
     /// The `search_tools` meta-tool, when any group is loadable.
-    pub fn search_tool(&self) -> Option<&Tool> {
+    pub(crate) fn search_tool(&self) -> Option<&Tool> {
         self.search_tool.as_ref()
     }
 

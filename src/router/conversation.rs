@@ -22,7 +22,7 @@ pub struct Member {
 
 /// What a conversation records about a domain.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mark {
+pub(crate) enum Mark {
     /// This turn hit it (by keyword or search).
     Hit,
     /// It was loaded explicitly.
@@ -33,7 +33,7 @@ pub enum Mark {
 /// the change. Flags only turn on, and new members join at the end, so writing these rows
 /// is the whole change.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Change {
+pub(crate) struct Change {
     /// `(position, member after the change)`, in position order.
     pub rows: Vec<(usize, Member)>,
 }
@@ -48,7 +48,7 @@ impl Change {
 impl Conversation {
     /// What recording `mark` on these domains would change: existing members get the flag,
     /// new ones join at the end in the given order. Pure; see [`Conversation::apply`].
-    pub fn change<'a>(&self, domains: impl IntoIterator<Item = &'a str>, mark: Mark) -> Change {
+    pub(crate) fn change<'a>(&self, domains: impl IntoIterator<Item = &'a str>, mark: Mark) -> Change {
         let set = |m: &mut Member| match mark {
             Mark::Hit => m.hit = true,
             Mark::Loaded => m.loaded = true,
@@ -84,7 +84,7 @@ impl Conversation {
     }
 
     /// Adopts a change made by [`Conversation::change`] on this same state.
-    pub fn apply(&mut self, change: Change) {
+    pub(crate) fn apply(&mut self, change: Change) {
         for (i, m) in change.rows {
             match self.members.get_mut(i) {
                 Some(slot) => *slot = m,
@@ -94,7 +94,7 @@ impl Conversation {
     }
 
     /// Whether a group was loaded explicitly.
-    pub fn is_loaded(&self, name: &str) -> bool {
+    pub(crate) fn is_loaded(&self, name: &str) -> bool {
         self.members.iter().any(|m| m.loaded && m.domain == name)
     }
 }

@@ -8,7 +8,8 @@ mod activation;
 mod conversation;
 
 pub use activation::{Activation, Snapshot};
-pub use conversation::{Change, Conversation, Mark, Member};
+pub(crate) use conversation::Mark;
+pub use conversation::{Conversation, Member};
 
 use crate::error::{Error, Result};
 use crate::matcher::Matcher;
@@ -16,10 +17,10 @@ use crate::registry::{DomainId, KeywordId, Registry, Tool};
 use crate::search::{DomainHit, SearchIndex, SearchMode, SearchOptions};
 
 /// Name of the meta-tool that loads a group for the rest of a conversation.
-pub const LOAD_TOOL_GROUP: &str = "load_tool_group";
+pub(crate) const LOAD_TOOL_GROUP: &str = "load_tool_group";
 
 /// Name of the meta-tool that searches the registry's tools (SPEC §4, v2).
-pub const SEARCH_TOOLS: &str = "search_tools";
+pub(crate) const SEARCH_TOOLS: &str = "search_tools";
 
 /// What a turn with no keyword hit and nothing sticky gets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
@@ -128,7 +129,7 @@ impl Decision {
     }
 
     /// The search hit that brought a domain in (score and matched terms), if search did.
-    pub fn search_hit(&self, domain: DomainId) -> Option<&DomainHit> {
+    pub(crate) fn search_hit(&self, domain: DomainId) -> Option<&DomainHit> {
         self.search
             .binary_search_by_key(&domain, |h| h.domain)
             .ok()
@@ -382,7 +383,7 @@ pub fn load(
 }
 
 /// The text a successful load answers with, for the model to read.
-pub fn load_text(registry: &Registry, d: DomainId) -> String {
+pub(crate) fn load_text(registry: &Registry, d: DomainId) -> String {
     let domain = registry.domain(d);
     let n = domain.tools.len();
     let mut text = format!(

@@ -268,7 +268,7 @@ pub struct Word {
 }
 
 /// Stop list and stemmer, built once per index.
-pub struct Analyzer {
+pub(crate) struct Analyzer {
     stop: std::collections::HashSet<&'static str>,
     stemmer: Stemmer,
 }
@@ -298,7 +298,7 @@ impl Analyzer {
 
     /// Whether a lowercase word is a stop word. A word without any letter (a number, a
     /// single character) carries no routing information either.
-    pub fn is_stop(&self, word: &str) -> bool {
+    pub(crate) fn is_stop(&self, word: &str) -> bool {
         word.chars().count() < 2 || !word.chars().any(char::is_alphabetic) || self.stop.contains(word)
     }
 
@@ -333,7 +333,7 @@ pub fn words(text: &str) -> impl Iterator<Item = Word> + '_ {
 
 /// Calls `f` with each word of `text` and its span, exactly as [`words`] yields them, but
 /// lowercased into one reused buffer: an ASCII word (the common case) costs no allocation.
-pub fn for_each_word(text: &str, buf: &mut String, mut f: impl FnMut(Range<usize>, &str)) {
+pub(crate) fn for_each_word(text: &str, buf: &mut String, mut f: impl FnMut(Range<usize>, &str)) {
     for (start, w) in text.unicode_word_indices() {
         let w = w
             .strip_suffix("'s")
@@ -353,7 +353,7 @@ pub fn for_each_word(text: &str, buf: &mut String, mut f: impl FnMut(Range<usize
 /// The words of an identifier such as a tool or property name: split at `_`, `-`, `.`,
 /// spaces, case changes (`getHealthWorkforce`, `HTTPServer`) and between letters and digits,
 /// then joined with spaces so [`words`] reads them.
-pub fn split_identifier(name: &str) -> String {
+pub(crate) fn split_identifier(name: &str) -> String {
     let chars: Vec<char> = name.chars().collect();
     let mut out = String::with_capacity(name.len() + 8);
     for (i, &c) in chars.iter().enumerate() {
@@ -384,7 +384,7 @@ const CLAUSE_BREAKS: &[&str] = &["and", "then", "also", "plus", "afterwards", "f
 /// Cuts a message into segments (byte ranges): sentences end at `.`, `!`, `?`, `;` or a line
 /// break followed by a space or the end; clauses start at one of [`CLAUSE_BREAKS`]. A
 /// segment that holds no word is dropped, so a message yields its requests one by one.
-pub fn segments(message: &str) -> Vec<Range<usize>> {
+pub(crate) fn segments(message: &str) -> Vec<Range<usize>> {
     let mut out = Vec::new();
     let mut start = 0;
     let bytes = message.as_bytes();

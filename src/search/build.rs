@@ -89,7 +89,7 @@ impl SearchIndex {
     }
 
     /// Builds the index with other BM25F parameters.
-    pub fn with_params(registry: &Registry, params: &Bm25) -> SearchIndex {
+    pub(crate) fn with_params(registry: &Registry, params: &Bm25) -> SearchIndex {
         let fields = &params.fields;
         let k1 = params.k1;
         let analyzer = Analyzer::new();

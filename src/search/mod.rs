@@ -100,15 +100,15 @@ impl Default for SearchOptions {
 }
 
 /// Default [`SearchOptions::min_ratio`].
-pub const DEFAULT_MIN_RATIO: f32 = 0.6;
+pub(crate) const DEFAULT_MIN_RATIO: f32 = 0.6;
 /// Default [`SearchOptions::per_segment`].
-pub const DEFAULT_PER_SEGMENT: usize = 6;
+pub(crate) const DEFAULT_PER_SEGMENT: usize = 6;
 /// Default [`SearchOptions::segment_ratio`].
-pub const DEFAULT_SEGMENT_RATIO: f32 = 0.2;
+pub(crate) const DEFAULT_SEGMENT_RATIO: f32 = 0.2;
 
 /// One document field: its weight and how strongly its length is normalised.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Field {
+pub(crate) struct Field {
     /// How much a term in this field counts against one in the description.
     pub weight: f32,
     /// Length normalisation (0: none, 1: full).
@@ -117,7 +117,7 @@ pub struct Field {
 
 /// The BM25F parameters of an index.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Bm25 {
+pub(crate) struct Bm25 {
     /// Term-frequency saturation.
     pub k1: f32,
     /// Name, description, schema, domain text.
@@ -313,7 +313,7 @@ impl SearchIndex {
     /// those `eligible` accepts (the router passes active, non-core domains with tools).
     /// Every domain competes for a segment's best score, so a segment about a core or an
     /// inactive domain does not hand its hits to weaker ones. Sorted by domain.
-    pub fn domain_hits(
+    pub(crate) fn domain_hits(
         &self,
         message: &str,
         options: &SearchOptions,
@@ -485,7 +485,7 @@ impl SearchIndex {
     /// the registry and that neither its keywords nor its name already cover, best first: terms ranked
     /// by the share of the domain's tools that hold them times their IDF outside it (SPEC §8
     /// `keywords suggest`).
-    pub fn suggest_keywords(&self, registry: &Registry, limit: usize) -> Vec<Vec<(String, f32)>> {
+    pub(crate) fn suggest_keywords(&self, registry: &Registry, limit: usize) -> Vec<Vec<(String, f32)>> {
         let n = self.tool_domain.len() as f32;
         registry
             .domains()

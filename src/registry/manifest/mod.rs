@@ -17,7 +17,7 @@ use crate::error::ManifestError;
 
 /// A manifest file format, chosen by extension.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Format {
+pub(crate) enum Format {
     /// `*.json`: a native manifest (an object) or a group array (an array).
     Json,
     /// `*.toml`: a native manifest.
