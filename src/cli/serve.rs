@@ -156,7 +156,7 @@ serve_args! {
     #[arg(long, env = "TOOLROUTER_SEARCH")]
     search: Option<crate::search::SearchMode>,
     /// A domain is a search hit when it scores at least this share of its segment's best
-    /// [default: 0.6].
+    /// [default: 0.5].
     #[arg(long, env = "TOOLROUTER_SEARCH_MIN_RATIO")]
     search_min_ratio: Option<f32>,
     /// At most this many search hits per sentence or clause [default: 6].

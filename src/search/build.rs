@@ -7,12 +7,16 @@ use std::collections::HashMap;
 use serde_json::Value;
 
 use super::analysis::{self, Analyzer};
-use super::{Bm25, DomainPosting, SearchIndex, TermId};
+use super::{Bm25, DomainPosting, FIELDS, SearchIndex, TermId};
 use crate::registry::{DomainId, Registry};
 
 /// One tool's analysed document: each (term, field) occurrence, sorted, and its length in
 /// terms per field.
-type Document = (Vec<(TermId, usize)>, [f32; 4]);
+type Document = (Vec<(TermId, usize)>, [f32; FIELDS]);
+
+/// The field that holds a tool's word pairs: each two informative words that follow each
+/// other (stop words skipped) in one of the text fields.
+const PAIRS: usize = 4;
 
 /// The text of one tool's four fields.
 fn tool_fields(registry: &Registry, d: DomainId, t: usize) -> [String; 4] {
@@ -99,18 +103,22 @@ impl SearchIndex {
         let mut tool_domain = Vec::with_capacity(registry.tool_count());
         let mut domain_start = Vec::with_capacity(registry.domains().len() + 1);
         let mut names = HashMap::default();
-        // Per tool: (term, field) counts, and per field the tool's length in terms.
+        // Per tool: (term, field) occurrences, and per field the tool's length in terms. Word
+        // pairs get their terms once every word has one.
         let mut docs: Vec<Document> = Vec::with_capacity(registry.tool_count());
+        let mut tool_pairs: Vec<Vec<(TermId, TermId)>> = Vec::with_capacity(registry.tool_count());
 
         for (d, domain) in registry.domains().iter().enumerate() {
             domain_start.push(tool_domain.len() as u32);
             for (t, tool) in domain.tools.iter().enumerate() {
                 names.insert(tool.name.to_lowercase(), tool_domain.len() as u32);
                 tool_domain.push(d as u32);
-                let fields = tool_fields(registry, DomainId::at(d), t);
+                let texts = tool_fields(registry, DomainId::at(d), t);
                 let mut occurrences = Vec::new();
-                let mut lengths = [0f32; 4];
-                for (f, text) in fields.iter().enumerate() {
+                let mut pairs = Vec::new();
+                let mut lengths = [0f32; FIELDS];
+                for (f, text) in texts.iter().enumerate() {
+                    let mut previous = None;
                     for w in analysis::words(text) {
                         let term = *surface.entry(w.text.clone()).or_insert_with(|| {
                             if analyzer.is_stop(&w.text) {
@@ -127,26 +135,45 @@ impl SearchIndex {
                         if let Some(term) = term {
                             occurrences.push((term, f));
                             lengths[f] += 1.0;
+                            if let Some(first) = previous.replace(term) {
+                                pairs.push((first, term));
+                            }
                         }
                     }
                 }
-                occurrences.sort_unstable();
+                lengths[PAIRS] = pairs.len() as f32;
                 docs.push((occurrences, lengths));
+                tool_pairs.push(pairs);
             }
         }
+        // Pair terms follow the word terms, numbered in order of first appearance.
+        let words = terms.len() as TermId;
+        let mut pair_terms: HashMap<(TermId, TermId), TermId, _> = HashMap::default();
+        for ((occurrences, _), pairs) in docs.iter_mut().zip(&tool_pairs) {
+            for &(a, b) in pairs {
+                let next = words + pair_terms.len() as TermId;
+                let id = *pair_terms.entry((a, b)).or_insert(next);
+                if id == next {
+                    term_words.push(format!("{} {}", term_words[a as usize], term_words[b as usize]));
+                }
+                occurrences.push((id, PAIRS));
+            }
+            occurrences.sort_unstable();
+        }
+        let term_count = term_words.len();
         domain_start.push(tool_domain.len() as u32);
 
         let n = docs.len().max(1) as f32;
-        let mut avg = [0f32; 4];
+        let mut avg = [0f32; FIELDS];
         for (_, lengths) in &docs {
-            for f in 0..4 {
+            for f in 0..FIELDS {
                 avg[f] += lengths[f] / n;
             }
         }
         // Per term: (tool, pseudo term frequency), in tool order.
-        let mut postings: Vec<Vec<(u32, f32)>> = vec![Vec::new(); terms.len()];
+        let mut postings: Vec<Vec<(u32, f32)>> = vec![Vec::new(); term_count];
         for (tool, (occurrences, lengths)) in docs.iter().enumerate() {
-            let norm: [f32; 4] = std::array::from_fn(|f| {
+            let norm: [f32; FIELDS] = std::array::from_fn(|f| {
                 let rel = if avg[f] > 0.0 { lengths[f] / avg[f] } else { 0.0 };
                 1.0 - fields[f].b + fields[f].b * rel
             });
@@ -162,14 +189,22 @@ impl SearchIndex {
                 postings[term as usize].push((tool as u32, tf));
             }
         }
-        let mut post_start = Vec::with_capacity(terms.len() + 1);
+        let mut post_start = Vec::with_capacity(term_count + 1);
         let mut post_tool = Vec::new();
         let mut post_weight = Vec::new();
-        let mut df = Vec::with_capacity(terms.len());
+        let mut df = Vec::with_capacity(term_count);
+        let domains = registry.domains().len().max(1) as f32;
+        let idf = |n: f32, df: f32| (1.0 + (n - df + 0.5) / (df + 0.5)).ln();
         for list in &postings {
             post_start.push(post_tool.len() as u32);
-            let n_t = list.len() as f32;
-            let idf = (1.0 + (n - n_t + 0.5) / (n_t + 0.5)).ln();
+            // Over tools and over domains: a term that many tools of one domain share
+            // ("patient") tells the domain apart as well as a rare one.
+            let in_domains = 1 + list
+                .windows(2)
+                .filter(|w| tool_domain[w[0].0 as usize] != tool_domain[w[1].0 as usize])
+                .count();
+            let idf = idf(n, list.len() as f32).powf(1.0 - params.domain_idf)
+                * idf(domains, in_domains as f32).powf(params.domain_idf);
             df.push(list.len() as u32);
             for &(tool, tf) in list {
                 post_tool.push(tool);
@@ -177,9 +212,9 @@ impl SearchIndex {
             }
         }
         post_start.push(post_tool.len() as u32);
-        let mut dom_post_start = Vec::with_capacity(terms.len() + 1);
+        let mut dom_post_start = Vec::with_capacity(term_count + 1);
         let mut dom_post: Vec<DomainPosting> = Vec::new();
-        for term in 0..terms.len() {
+        for term in 0..term_count {
             let first = dom_post.len();
             dom_post_start.push(first as u32);
             for i in post_start[term]..post_start[term + 1] {
@@ -209,6 +244,8 @@ impl SearchIndex {
             analyzer,
             terms,
             surface,
+            pair_terms,
+            words,
             term_words,
             post_start,
             post_tool,

@@ -2,15 +2,19 @@
 //! keywords. Built with the registry (and rebuilt on reload), immutable, pure: no I/O, no
 //! clock.
 //!
-//! Each tool is a document with four fields: the words of its name (split at `_`, `-`, case
+//! Each tool is a document with five fields: the words of its name (split at `_`, `-`, case
 //! changes and digits), its description, a walk of its input schema (property names and
-//! descriptions, enum values, nested objects and items), and its domain's display name,
-//! description and keywords. Words are analysed by [`analysis`] (UAX #29 words, lowercase,
-//! stop words, Snowball English stems). Scoring is BM25F (Robertson & Zaragoza, "The
-//! Probabilistic Relevance Framework: BM25 and Beyond", 2009): each field's term frequency is
-//! length-normalised and weighted, the sum saturated once with `k1`, times the term's IDF over
-//! tools. Per (term, tool) that product is computed at build, so a query only adds weights
-//! from posting lists.
+//! descriptions, enum values, nested objects and items), its domain's display name,
+//! description and keywords, and the pairs of informative words that follow each other in
+//! those four ("weather forecast", "rental car"), so that a message saying two words together
+//! ranks the tool that says them together above tools with one of them each. Words are
+//! analysed by [`analysis`] (UAX #29 words, lowercase, stop words, Snowball English stems).
+//! Scoring is BM25F (Robertson & Zaragoza, "The Probabilistic Relevance Framework: BM25 and
+//! Beyond", 2009): each field's term frequency is length-normalised and weighted, the sum
+//! saturated once with `k1`, times the term's IDF. Since search picks domains, the IDF mixes a
+//! term's rarity among tools with its rarity among domains: a word most tools of one domain
+//! share says that domain as clearly as a rare word. Per (term, tool) that product is computed
+//! at build, so a query only adds weights from posting lists.
 //!
 //! Routing ([`SearchIndex::domain_hits`]) scores each segment of the message (sentences and
 //! clauses) on its own, so a message with several requests finds each one's domain. A domain
@@ -23,6 +27,8 @@
 
 pub mod analysis;
 mod build;
+#[cfg(test)]
+mod tests;
 
 use std::collections::HashMap;
 use std::ops::Range;
@@ -100,9 +106,11 @@ impl Default for SearchOptions {
 }
 
 /// Default [`SearchOptions::min_ratio`].
-pub(crate) const DEFAULT_MIN_RATIO: f32 = 0.6;
+pub(crate) const DEFAULT_MIN_RATIO: f32 = 0.5;
 /// Default [`SearchOptions::per_segment`].
 pub(crate) const DEFAULT_PER_SEGMENT: usize = 6;
+/// The weight of the word-pair field against the description.
+pub(crate) const PAIR_WEIGHT: f32 = 0.75;
 /// Default [`SearchOptions::segment_ratio`].
 pub(crate) const DEFAULT_SEGMENT_RATIO: f32 = 0.2;
 
@@ -120,12 +128,19 @@ pub(crate) struct Field {
 pub(crate) struct Bm25 {
     /// Term-frequency saturation.
     pub k1: f32,
-    /// Name, description, schema, domain text.
-    pub fields: [Field; 4],
+    /// Name, description, schema, domain text, word pairs.
+    pub fields: [Field; FIELDS],
+    /// How much a term's rarity among domains counts against its rarity among tools in its
+    /// IDF (0: tools only, 1: domains only; the two are mixed geometrically).
+    pub domain_idf: f32,
 }
 
+/// How many fields a tool document has.
+pub(crate) const FIELDS: usize = 5;
+
 /// Chosen on Seal-Tools' `dev` split (BENCHMARKS.md): a strong saturation (`k1` 2) and full
-/// length normalisation, names counting twice a description word, schemas half.
+/// length normalisation, names counting twice a description word, schemas half, word pairs
+/// three quarters, and IDF mixed evenly over tools and over domains.
 impl Default for Bm25 {
     fn default() -> Self {
         Bm25 {
@@ -135,7 +150,12 @@ impl Default for Bm25 {
                 Field { weight: 1.0, b: 1.0 },
                 Field { weight: 0.5, b: 1.0 },
                 Field { weight: 1.0, b: 1.0 },
+                Field {
+                    weight: PAIR_WEIGHT,
+                    b: 1.0,
+                },
             ],
+            domain_idf: 0.5,
         }
     }
 }
@@ -173,7 +193,12 @@ pub struct SearchIndex {
     /// Every lowercase word seen at build -> its term (`None`: a stop word), so most query
     /// words skip the stemmer.
     surface: HashMap<String, Option<TermId>, foldhash::fast::FixedState>,
-    /// A word that stands for each term (the first seen), for explanations and suggestions.
+    /// Two word terms that follow each other -> their pair term. Pair terms are numbered
+    /// after the `words` word terms.
+    pair_terms: HashMap<(TermId, TermId), TermId, foldhash::fast::FixedState>,
+    words: TermId,
+    /// What stands for each term: the first word seen, or two for a pair; for explanations
+    /// and suggestions.
     term_words: Vec<String>,
     /// Posting lists: term `t`'s are `post_tool[post_start[t]..post_start[t + 1]]`, with
     /// their precomputed BM25F weights in `post_weight`.
@@ -213,27 +238,46 @@ struct DomainPosting {
 type Scored = (f32, Vec<(DomainId, f32, u32)>, Vec<(TermId, Range<usize>)>);
 
 impl SearchIndex {
-    /// The term of a lowercase word, if the index has it.
-    fn term(&self, word: &str) -> Option<TermId> {
+    /// The term of a lowercase word: `Err(true)` for a stop word, `Err(false)` for a word the
+    /// index does not have.
+    fn term(&self, word: &str) -> Result<TermId, bool> {
         if let Some(&known) = self.surface.get(word) {
-            return known;
+            return known.ok_or(true);
         }
         if self.analyzer.is_stop(word) {
-            return None;
+            return Err(true);
         }
-        self.terms.get(self.analyzer.stem(word).as_ref()).copied()
+        self.terms
+            .get(self.analyzer.stem(word).as_ref())
+            .copied()
+            .ok_or(false)
     }
 
-    /// The distinct terms of a piece of text, each with the first word that stands for it.
+    /// The distinct terms of a piece of text, each with the first words that stand for it:
+    /// its word terms, then the pairs of word terms that follow each other (stop words
+    /// skipped, as in the index; a word the index does not have breaks a pair).
     fn query_terms(&self, text: &str, offset: usize, buf: &mut String) -> Vec<(TermId, Range<usize>)> {
         let mut out: Vec<(TermId, Range<usize>)> = Vec::new();
-        analysis::for_each_word(text, buf, |span, word| {
-            if let Some(term) = self.term(word)
-                && !out.iter().any(|(t, _)| *t == term)
-            {
-                out.push((term, offset + span.start..offset + span.end));
+        let mut pairs: Vec<(TermId, Range<usize>)> = Vec::new();
+        let mut previous: Option<(TermId, usize)> = None;
+        analysis::for_each_word(text, buf, |span, word| match self.term(word) {
+            Ok(term) => {
+                let span = offset + span.start..offset + span.end;
+                if let Some((first, start)) = previous
+                    && let Some(&pair) = self.pair_terms.get(&(first, term))
+                    && !pairs.iter().any(|(t, _)| *t == pair)
+                {
+                    pairs.push((pair, start..span.end));
+                }
+                previous = Some((term, span.start));
+                if !out.iter().any(|(t, _)| *t == term) {
+                    out.push((term, span));
+                }
             }
+            Err(true) => {}
+            Err(false) => previous = None,
         });
+        out.append(&mut pairs);
         out
     }
 
@@ -304,7 +348,7 @@ impl SearchIndex {
     fn matched_words(&self, text: &str, terms: &[(TermId, Range<usize>)], tool: u32) -> Vec<String> {
         terms
             .iter()
-            .filter(|(term, _)| self.has_term(tool, *term))
+            .filter(|(term, _)| *term < self.words && self.has_term(tool, *term))
             .map(|(_, span)| text[span.clone()].to_lowercase())
             .collect()
     }
@@ -504,7 +548,7 @@ impl SearchIndex {
                     .chain([&domain.name, &domain.display_name])
                     .flat_map(|k| self.analyzer.stems(&analysis::split_identifier(k)))
                     .collect();
-                let mut ranked: Vec<(String, f32)> = (0..self.term_words.len() as u32)
+                let mut ranked: Vec<(String, f32)> = (0..self.words)
                     .filter_map(|term| {
                         let (posted, _) = self.postings(term);
                         let inside = posted.iter().filter(|t| tools.contains(*t)).count() as f32;
