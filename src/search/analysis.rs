@@ -423,6 +423,134 @@ pub(crate) fn segments(message: &str) -> Vec<Range<usize>> {
     out
 }
 
+/// A message cut for routing: its segments (as [`segments`] cuts them), each with its words
+/// (as [`for_each_word`] yields them on the segment's text), lowercased back to back into one
+/// buffer. Reused between messages, so analysing one allocates nothing once warm.
+#[derive(Debug, Default)]
+pub(crate) struct Segmented {
+    /// The lowercased words, back to back.
+    text: String,
+    /// Per word: its span in the message, and where its lowercase form is in `text`.
+    words: Vec<(Range<usize>, Range<usize>)>,
+    /// Per segment that holds a word: the range of its words in `words`.
+    segments: Vec<Range<usize>>,
+}
+
+impl Segmented {
+    /// Cuts `message` into segments and words, replacing what was there.
+    pub(crate) fn analyse(&mut self, message: &str) {
+        self.text.clear();
+        self.words.clear();
+        self.segments.clear();
+        // The lowercase words take at most the message's bytes (for ASCII); English words
+        // average about six bytes with their space.
+        self.text.reserve(message.len());
+        self.words.reserve(message.len() / 6 + 1);
+        if message.is_ascii() {
+            self.analyse_ascii(message);
+        } else {
+            let mut buf = String::new();
+            for segment in segments(message) {
+                let first = self.words.len();
+                for_each_word(&message[segment.clone()], &mut buf, |span, w| {
+                    let at = self.text.len();
+                    self.text.push_str(w);
+                    self.words.push((
+                        segment.start + span.start..segment.start + span.end,
+                        at..self.text.len(),
+                    ));
+                });
+                self.close_segment(first);
+            }
+        }
+    }
+
+    /// The bytes held for the lowercase words.
+    pub(crate) fn capacity(&self) -> usize {
+        self.text.capacity()
+    }
+
+    /// How many segments the message has.
+    pub(crate) fn segment_count(&self) -> usize {
+        self.segments.len()
+    }
+
+    /// The words of segment `s`: each one's span in the message and its lowercase form.
+    pub(crate) fn segment_words(&self, s: usize) -> impl Iterator<Item = (Range<usize>, &str)> {
+        self.words[self.segments[s].clone()]
+            .iter()
+            .map(|(span, at)| (span.clone(), &self.text[at.clone()]))
+    }
+
+    /// Ends the segment whose first word is `first`: kept when it holds a word.
+    fn close_segment(&mut self, first: usize) {
+        if self.words.len() > first {
+            self.segments.push(first..self.words.len());
+        }
+    }
+
+    /// One pass over an ASCII message. For ASCII, UAX #29 words are the runs of letters,
+    /// digits and `_` that hold a letter or digit, joined across one `'`, `.` or `:` between
+    /// two letters and across one `'`, `.`, `,` or `;` between two digits (WB5-WB13b; the
+    /// rules unicode-segmentation's own ASCII path implements). A sentence or clause cut
+    /// never falls inside such a run nor next to a joining mark (a sentence mark is followed
+    /// by a space or a line break, a clause starts at a word), so the words of a segment are
+    /// the message's words inside it, and one pass yields what cutting first and splitting
+    /// each segment yields.
+    fn analyse_ascii(&mut self, message: &str) {
+        let bytes = message.as_bytes();
+        let len = bytes.len();
+        let core = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
+        let joins = |b: u8, prev: u8, next: u8| match b {
+            b'\'' | b'.' | b':' if prev.is_ascii_alphabetic() && next.is_ascii_alphabetic() => true,
+            b'\'' | b'.' | b',' | b';' if prev.is_ascii_digit() && next.is_ascii_digit() => true,
+            _ => false,
+        };
+        let mut first = 0;
+        let mut i = 0;
+        while i < len {
+            let b = bytes[i];
+            if core(b) {
+                let start = i;
+                let mut alphanumeric = b != b'_';
+                i += 1;
+                while i < len {
+                    let c = bytes[i];
+                    if core(c) {
+                        alphanumeric |= c != b'_';
+                    } else if !(i + 1 < len && joins(c, bytes[i - 1], bytes[i + 1])) {
+                        break;
+                    }
+                    i += 1;
+                }
+                if !alphanumeric {
+                    continue;
+                }
+                let raw = &message[start..i];
+                // A clause starts at a break word once the clause holds a word.
+                if self.words.len() > first && CLAUSE_BREAKS.iter().any(|w| raw.eq_ignore_ascii_case(w)) {
+                    self.close_segment(first);
+                    first = self.words.len();
+                }
+                let word = raw.strip_suffix("'s").unwrap_or(raw);
+                let at = self.text.len();
+                self.text.push_str(word);
+                self.text[at..].make_ascii_lowercase();
+                self.words.push((start..start + word.len(), at..self.text.len()));
+                continue;
+            }
+            if matches!(b, b'.' | b'!' | b'?' | b';' | b'\n')
+                && (b == b'\n' || bytes.get(i + 1).is_none_or(u8::is_ascii_whitespace))
+            {
+                self.close_segment(first);
+                first = self.words.len();
+            }
+            i += 1;
+        }
+        self.close_segment(first);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -501,6 +629,105 @@ mod tests {
         ];
         for (text, want) in cases {
             assert_eq!(&a.stems(text), want, "{text}");
+        }
+    }
+
+    /// A message's segments and words as [`segments`] and [`for_each_word`] give them, one
+    /// Unicode pass per sentence and per segment. With `unicode_path`, a non-ASCII word is
+    /// appended after a space (and its words dropped again), so unicode-segmentation takes its
+    /// general Unicode path even for an ASCII message.
+    fn reference(message: &str, unicode_path: bool) -> Vec<Vec<(Range<usize>, String)>> {
+        let text = if unicode_path {
+            format!("{message} \u{e9}")
+        } else {
+            message.to_string()
+        };
+        segments(&text)
+            .into_iter()
+            .map(|segment| {
+                let mut words = Vec::new();
+                for_each_word(&text[segment.clone()], &mut String::new(), |span, w| {
+                    let span = segment.start + span.start..segment.start + span.end;
+                    if span.end <= message.len() {
+                        words.push((span, w.to_string()));
+                    }
+                });
+                words
+            })
+            .filter(|words| !words.is_empty())
+            .collect()
+    }
+
+    /// What [`Segmented::analyse`] gives, in the same shape.
+    fn one_pass(message: &str) -> Vec<Vec<(Range<usize>, String)>> {
+        let mut s = Segmented::default();
+        s.analyse(message);
+        (0..s.segment_count())
+            .map(|i| {
+                s.segment_words(i)
+                    .map(|(span, w)| (span, w.to_string()))
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// Inputs that exercise the word rules (apostrophes, hyphens, digits, underscores, URLs,
+    /// mixed case, joining marks at word and message ends) and the segment rules.
+    const TRICKY: &[&str] = &[
+        "",
+        " ",
+        "...",
+        "Turn OFF the lights!",
+        "Jellyfin's library and the NAS's disks; JELLYFIN'S too",
+        "don't stop, don't STOP, o'clock, 'quoted' and rock 'n' roll",
+        "pi-hole, 3.5 GB at 10:30; e-mail user_name@example.com",
+        "see https://www.example.com/a_b/c.html?x=1&y=2#top now",
+        "v1.2.3 and 1,000,000.50 or 1'000 and 3;4 plus 3; 4 and a;b",
+        "e.g. i.e. U.S.A. then a.b.c and a..b, a:b:c, a::b, 12:30:45",
+        "__init__ ___ _a a_ _1 1_ a_1 1_a snake_case CamelCase",
+        "abc123 123abc a1.5 1.a a.1 1'a a'1 a'b' 'a 'a' end'",
+        "Back up the VM, then snapshot it; also ping me\nAND then? Finally!",
+        "and and and. Then then\n\nalso plus afterwards finally",
+        "first line\nsecond line\r\nthird\tline\x0bfourth\x0cfifth",
+        "x.\ny!\tz?  w;\u{20}v",
+        "AND the ANDROID handles Andes; Thence also-ran",
+        "hello world's end's",
+        "trailing joiners: a. a' a: 1, 1; 1. 1'",
+        "caf\u{e9} na\u{ef}ve \u{130}stanbul, don\u{2019}t and the NAS\u{2019}s disks",
+        "emoji \u{1f600} and \u{1f1e9}\u{1f1ea} flags then \u{65e5}\u{672c}\u{8a9e}",
+        "Spiel das H\u{d6}RBUCH \u{fc}ber \u{39f}\u{394}\u{3a5}\u{3a3}\u{3a3}\u{395}\u{391}\u{3a3}",
+    ];
+
+    #[test]
+    fn one_pass_analysis_equals_cutting_then_splitting() {
+        for message in TRICKY {
+            assert_eq!(one_pass(message), reference(message, false), "{message:?}");
+        }
+    }
+
+    #[test]
+    fn the_ascii_pass_equals_the_unicode_rules() {
+        for message in TRICKY.iter().filter(|m| m.is_ascii()) {
+            assert_eq!(one_pass(message), reference(message, true), "{message:?}");
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2048))]
+        #[test]
+        fn random_ascii_messages_analyse_as_the_unicode_rules_do(
+            pieces in proptest::collection::vec(
+                proptest::sample::select(&[
+                    "a", "Z", "ab", "1", "42", "_", "'", ".", ":", ",", ";", "!", "?", " ", "  ",
+                    "\n", "\r", "\t", "-", "/", "\"", "and", "AND", "then", "Also", "plus",
+                    "finally", "afterwards", "'s", "'S", "s", "x1", "3.5", "e.g", "@", "#",
+                ][..]),
+                0..40,
+            )
+        ) {
+            let message: String = pieces.concat();
+            proptest::prop_assert_eq!(one_pass(&message), reference(&message, false));
+            proptest::prop_assert_eq!(one_pass(&message), reference(&message, true));
         }
     }
 

@@ -233,9 +233,135 @@ struct DomainPosting {
     end: u32,
 }
 
-/// One segment's scoring: its best domain score, its candidate hits (domain, score, best
-/// tool), and its terms with the words that stand for them.
-type Scored = (f32, Vec<(DomainId, f32, u32)>, Vec<(TermId, Range<usize>)>);
+/// No entry: the end of a domain's chain in [`Chains`], or a domain without one.
+const NONE: u32 = u32::MAX;
+
+/// One segment's domains: walking each term's domain postings once adds up each domain's
+/// bound and links its postings in term order, so scoring a domain follows its chain instead
+/// of searching every term's list for it. Reused between segments.
+#[derive(Debug, Default)]
+struct Chains {
+    /// Per domain: its bound, its first and last entry ([`NONE`]: no term of the segment is
+    /// in it, and the bound is 0).
+    slots: Vec<Slot>,
+    /// (index in `dom_post`, next entry of the same domain or [`NONE`]).
+    entries: Vec<(u32, u32)>,
+    /// The domains with a chain, in the order first reached.
+    domains: Vec<u32>,
+}
+
+/// A domain's bound and chain in [`Chains`].
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    bound: f32,
+    head: u32,
+    tail: u32,
+}
+
+const EMPTY: Slot = Slot {
+    bound: 0.0,
+    head: NONE,
+    tail: NONE,
+};
+
+impl Chains {
+    /// Empties every chain, for `domains` domains.
+    fn reset(&mut self, domains: usize) {
+        self.clear();
+        self.slots.resize(domains, EMPTY);
+    }
+
+    /// Adds posting `j` (in `dom_post`) of weight up to `max` to domain `d`.
+    fn push(&mut self, d: u32, j: u32, max: f32) {
+        let at = self.entries.len() as u32;
+        self.entries.push((j, NONE));
+        let slot = &mut self.slots[d as usize];
+        slot.bound += max;
+        if slot.tail == NONE {
+            slot.head = at;
+            self.domains.push(d);
+        } else {
+            self.entries[slot.tail as usize].1 = at;
+        }
+        slot.tail = at;
+    }
+
+    /// Domain `d`'s bound.
+    fn bound(&self, d: u32) -> f32 {
+        self.slots[d as usize].bound
+    }
+
+    /// Domain `d`'s postings (indices in `dom_post`), in term order.
+    fn of(&self, d: u32) -> impl Iterator<Item = usize> + '_ {
+        let mut at = self.slots[d as usize].head;
+        std::iter::from_fn(move || {
+            (at != NONE).then(|| {
+                let (j, next) = self.entries[at as usize];
+                at = next;
+                j as usize
+            })
+        })
+    }
+
+    /// Empties every chain.
+    fn clear(&mut self) {
+        for &d in &self.domains {
+            self.slots[d as usize] = EMPTY;
+        }
+        self.domains.clear();
+        self.entries.clear();
+    }
+}
+
+/// What [`SearchIndex::domain_hits`] works in, kept per thread between calls: once warm,
+/// routing a message allocates only its answer. Every part is emptied on entry, so a call
+/// that unwound midway leaves nothing behind.
+#[derive(Debug, Default)]
+struct Scratch {
+    text: analysis::Segmented,
+    chains: Chains,
+    /// Per tool of the domain being scored: its score so far (all zero between domains).
+    local: Vec<f32>,
+    /// Domains worth scoring exactly, and those scored: (domain, score, best tool, eligible).
+    queue: Vec<u32>,
+    scored: Vec<(DomainId, f32, u32, bool)>,
+    /// The best `per_segment` scores of eligible domains so far, best first.
+    kept: Vec<f32>,
+    /// Per segment that found anything: its best score, its candidate hits (a range of
+    /// `candidates`: domain, score, best tool) and its terms (a range of `terms`).
+    found: Vec<(f32, Range<usize>, Range<usize>)>,
+    candidates: Vec<(DomainId, f32, u32)>,
+    terms: Vec<(TermId, Range<usize>)>,
+    /// A segment's word-pair terms while its words are read.
+    pairs: Vec<(TermId, Range<usize>)>,
+    /// Per domain hit: its best candidate and the range of that segment's terms.
+    best: Vec<(DomainId, f32, u32, Range<usize>)>,
+}
+
+/// A thread keeps its [`Scratch`] while its buffer of lowercase words stays under this many
+/// bytes and that of a segment's postings under this many entries: one long message does not
+/// pin its memory.
+const SCRATCH_KEEP: usize = 1 << 16;
+
+thread_local! {
+    static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::default();
+}
+
+impl Scratch {
+    /// Empties every part for an index of `domains` domains, at most `tools` per domain.
+    fn reset(&mut self, domains: usize, tools: usize) {
+        self.chains.reset(domains);
+        self.local.clear();
+        self.local.resize(tools, 0.0);
+        self.queue.clear();
+        self.scored.clear();
+        self.kept.clear();
+        self.found.clear();
+        self.candidates.clear();
+        self.terms.clear();
+        self.best.clear();
+    }
+}
 
 impl SearchIndex {
     /// The term of a lowercase word: `Err(true)` for a stop word, `Err(false)` for a word the
@@ -253,63 +379,96 @@ impl SearchIndex {
             .ok_or(false)
     }
 
-    /// The distinct terms of a piece of text, each with the first words that stand for it:
-    /// its word terms, then the pairs of word terms that follow each other (stop words
-    /// skipped, as in the index; a word the index does not have breaks a pair).
-    fn query_terms(&self, text: &str, offset: usize, buf: &mut String) -> Vec<(TermId, Range<usize>)> {
-        let mut out: Vec<(TermId, Range<usize>)> = Vec::new();
-        let mut pairs: Vec<(TermId, Range<usize>)> = Vec::new();
+    /// The distinct terms of some words (span, lowercase word), each with the first words
+    /// that stand for it, appended to `out` (distinct among those appended, not from what
+    /// `out` held): the word terms, then the pairs of word terms that follow each other
+    /// (stop words skipped, as in the index; a word the index does not have breaks a pair).
+    fn segment_terms<'w>(
+        &self,
+        words: impl IntoIterator<Item = (Range<usize>, &'w str)>,
+        out: &mut Vec<(TermId, Range<usize>)>,
+        pairs: &mut Vec<(TermId, Range<usize>)>,
+    ) {
+        let from = out.len();
+        pairs.clear();
         let mut previous: Option<(TermId, usize)> = None;
-        analysis::for_each_word(text, buf, |span, word| match self.term(word) {
-            Ok(term) => {
-                let span = offset + span.start..offset + span.end;
-                if let Some((first, start)) = previous
-                    && let Some(&pair) = self.pair_terms.get(&(first, term))
-                    && !pairs.iter().any(|(t, _)| *t == pair)
-                {
-                    pairs.push((pair, start..span.end));
+        for (span, word) in words {
+            match self.term(word) {
+                Ok(term) => {
+                    if let Some((first, start)) = previous
+                        && let Some(&pair) = self.pair_terms.get(&(first, term))
+                        && !pairs.iter().any(|(t, _)| *t == pair)
+                    {
+                        pairs.push((pair, start..span.end));
+                    }
+                    previous = Some((term, span.start));
+                    if !out[from..].iter().any(|(t, _)| *t == term) {
+                        out.push((term, span));
+                    }
                 }
-                previous = Some((term, span.start));
-                if !out.iter().any(|(t, _)| *t == term) {
-                    out.push((term, span));
-                }
+                Err(true) => {}
+                Err(false) => previous = None,
             }
-            Err(true) => {}
-            Err(false) => previous = None,
+        }
+        out.append(pairs);
+    }
+
+    /// The distinct terms of a piece of text, each with the first words that stand for it.
+    fn query_terms(&self, text: &str) -> Vec<(TermId, Range<usize>)> {
+        let mut words: Vec<(Range<usize>, String)> = Vec::new();
+        analysis::for_each_word(text, &mut String::new(), |span, word| {
+            words.push((span, word.to_string()));
         });
-        out.append(&mut pairs);
+        let mut out = Vec::new();
+        self.segment_terms(
+            words.iter().map(|(span, w)| (span.clone(), w.as_str())),
+            &mut out,
+            &mut Vec::new(),
+        );
         out
     }
 
-    /// A term's postings by domain.
-    fn domain_postings(&self, term: TermId) -> &[DomainPosting] {
-        &self.dom_post
-            [self.dom_post_start[term as usize] as usize..self.dom_post_start[term as usize + 1] as usize]
+    /// A term's postings by domain, with the index of the first in `dom_post`.
+    fn domain_postings(&self, term: TermId) -> (usize, &[DomainPosting]) {
+        let from = self.dom_post_start[term as usize] as usize;
+        (
+            from,
+            &self.dom_post[from..self.dom_post_start[term as usize + 1] as usize],
+        )
     }
 
     /// A domain's exact score for a segment's terms (what its best tool scores) and that
-    /// tool (ties go to the earlier tool, so the explanation is deterministic). Each tool's
-    /// weights are summed in term order, as [`SearchIndex::accumulate`] does. `local` is
-    /// scratch of at least the domain's tool count, all zero, and left so.
-    fn domain_score(&self, d: u32, terms: &[(TermId, Range<usize>)], local: &mut [f32]) -> (f32, u32) {
+    /// tool (ties go to the earlier tool, so the explanation is deterministic). `chains`
+    /// holds the domain's postings for the terms, in term order; each tool's weights are
+    /// summed in that order, as [`SearchIndex::accumulate`] does. `local` is scratch of at
+    /// least the domain's tool count, all zero, and left so.
+    fn domain_score(&self, d: u32, chains: &Chains, local: &mut [f32]) -> (f32, u32) {
         let first = self.domain_start[d as usize];
-        let slice = |term: TermId| {
-            let list = self.domain_postings(term);
-            list.binary_search_by_key(&d, |p| p.domain)
-                .ok()
-                .map(|i| list[i].start as usize..list[i].end as usize)
-        };
-        for (term, _) in terms {
-            if let Some(range) = slice(*term) {
-                for (&tool, &w) in self.post_tool[range.clone()].iter().zip(&self.post_weight[range]) {
-                    local[(tool - first) as usize] += w;
-                }
+        let mut postings = 0;
+        for j in chains.of(d) {
+            let p = &self.dom_post[j];
+            let range = p.start as usize..p.end as usize;
+            postings += range.len();
+            for (&tool, &w) in self.post_tool[range.clone()].iter().zip(&self.post_weight[range]) {
+                local[(tool - first) as usize] += w;
             }
         }
+        // The first tool of the highest positive score, the scratch zeroed on the way: over
+        // the domain's tools in order when they are no more than the postings, else over the
+        // postings (a tool met again has its score taken already, 0).
         let mut best = (0f32, 0u32);
-        for (term, _) in terms {
-            if let Some(range) = slice(*term) {
-                for &tool in &self.post_tool[range] {
+        let tools = (self.domain_start[d as usize + 1] - first) as usize;
+        if tools <= postings {
+            for (i, s) in local[..tools].iter_mut().enumerate() {
+                let s = std::mem::take(s);
+                if s > best.0 {
+                    best = (s, first + i as u32);
+                }
+            }
+        } else {
+            for j in chains.of(d) {
+                let p = &self.dom_post[j];
+                for &tool in &self.post_tool[p.start as usize..p.end as usize] {
                     let s = std::mem::take(&mut local[(tool - first) as usize]);
                     if s > best.0 || (s == best.0 && s > 0.0 && tool < best.1) {
                         best = (s, tool);
@@ -341,7 +500,14 @@ impl SearchIndex {
 
     /// Whether a tool's document holds a term.
     fn has_term(&self, tool: u32, term: TermId) -> bool {
-        self.postings(term).0.binary_search(&tool).is_ok()
+        // Among the term's postings in the tool's domain: fewer than all of its postings.
+        let d = self.tool_domain[tool as usize];
+        let (_, list) = self.domain_postings(term);
+        list.binary_search_by_key(&d, |p| p.domain).is_ok_and(|i| {
+            self.post_tool[list[i].start as usize..list[i].end as usize]
+                .binary_search(&tool)
+                .is_ok()
+        })
     }
 
     /// The words of `text` whose terms the tool holds, lowercased, in order.
@@ -349,7 +515,14 @@ impl SearchIndex {
         terms
             .iter()
             .filter(|(term, _)| *term < self.words && self.has_term(tool, *term))
-            .map(|(_, span)| text[span.clone()].to_lowercase())
+            .map(|(_, span)| {
+                let word = &text[span.clone()];
+                if word.is_ascii() {
+                    word.to_ascii_lowercase()
+                } else {
+                    word.to_lowercase()
+                }
+            })
             .collect()
     }
 
@@ -363,18 +536,43 @@ impl SearchIndex {
         options: &SearchOptions,
         eligible: impl Fn(DomainId) -> bool,
     ) -> Vec<DomainHit> {
-        let domains = self.domain_start.len() - 1;
-        let mut buf = String::new();
-        // Per domain: an upper bound of its score in the current segment.
-        let mut bound = vec![0f32; domains];
-        let mut touched_domains: Vec<u32> = Vec::new();
-        let mut local = vec![0f32; self.max_domain_tools];
-        // Domains worth scoring exactly, and those scored: (domain, score, best tool).
-        let mut queue: Vec<u32> = Vec::new();
-        let mut scored: Vec<(DomainId, f32, u32, bool)> = Vec::new();
-        // The best `per_segment` scores of eligible domains so far, best first.
+        SCRATCH.with(|cell| match cell.try_borrow_mut() {
+            Ok(mut scratch) => {
+                let hits = self.domain_hits_in(&mut scratch, message, options, eligible);
+                if scratch.text.capacity().max(scratch.chains.entries.capacity()) > SCRATCH_KEEP {
+                    *scratch = Scratch::default();
+                }
+                hits
+            }
+            // Called again from `eligible`: scratch of its own.
+            Err(_) => self.domain_hits_in(&mut Scratch::default(), message, options, eligible),
+        })
+    }
+
+    /// [`SearchIndex::domain_hits`] in some scratch.
+    fn domain_hits_in(
+        &self,
+        scratch: &mut Scratch,
+        message: &str,
+        options: &SearchOptions,
+        eligible: impl Fn(DomainId) -> bool,
+    ) -> Vec<DomainHit> {
+        scratch.reset(self.domain_start.len() - 1, self.max_domain_tools);
+        let Scratch {
+            text,
+            chains,
+            local,
+            queue,
+            scored,
+            kept,
+            found,
+            candidates,
+            terms,
+            pairs,
+            best,
+        } = scratch;
+        text.analyse(message);
         let cap = options.per_segment;
-        let mut kept: Vec<f32> = Vec::with_capacity(cap + 1);
         let keep = |kept: &mut Vec<f32>, s: f32| {
             if cap > 0 && (kept.len() < cap || kept.last().is_some_and(|&k| s > k)) {
                 let at = kept.partition_point(|&k| k >= s);
@@ -385,25 +583,22 @@ impl SearchIndex {
         // A domain scored below `pruning * top` cannot be a hit nor the best (min_ratio
         // above 1 prunes as 1 would; NaN as 1 too, and then nothing passes the filter).
         let pruning = options.min_ratio.min(1.0);
-        // Per segment that found anything: its best score and its candidate hits.
-        let mut found: Vec<Scored> = Vec::new();
 
-        for segment in analysis::segments(message) {
-            let terms = self.query_terms(&message[segment.clone()], segment.start, &mut buf);
-            if terms.is_empty() {
+        for segment in 0..text.segment_count() {
+            let terms_from = terms.len();
+            self.segment_terms(text.segment_words(segment), terms, pairs);
+            if terms.len() == terms_from {
                 continue;
             }
+            let segment_terms = &terms[terms_from..];
             // Bounds (exact pruning, MaxScore style): a domain's bound is the sum, in term
             // order, of each term's largest weight among its tools. Float addition is
             // monotone, so it is at least the score of every tool of the domain, whose
             // weights are summed in the same order.
-            for (term, _) in &terms {
-                for p in self.domain_postings(*term) {
-                    let b = &mut bound[p.domain as usize];
-                    if *b == 0.0 {
-                        touched_domains.push(p.domain);
-                    }
-                    *b += p.max;
+            for (term, _) in segment_terms {
+                let (from, list) = self.domain_postings(*term);
+                for (j, p) in list.iter().enumerate() {
+                    chains.push(p.domain, (from + j) as u32, p.max);
                 }
             }
             // The domain with the largest bound gives a first best score; only domains
@@ -412,87 +607,88 @@ impl SearchIndex {
             // scores below `pruning * top` <= `min_ratio * top` and below `top`, so `top`
             // and the candidates are exactly those of scoring every domain.
             let mut top = 0f32;
-            if let Some(&first) = touched_domains
+            if let Some(&first) = chains
+                .domains
                 .iter()
-                .max_by(|&&a, &&b| bound[a as usize].total_cmp(&bound[b as usize]).then(b.cmp(&a)))
+                .max_by(|&&a, &&b| chains.bound(a).total_cmp(&chains.bound(b)).then(b.cmp(&a)))
             {
-                let (s, tool) = self.domain_score(first, &terms, &mut local);
+                let (s, tool) = self.domain_score(first, chains, local);
                 top = s;
                 let ok = eligible(DomainId::at(first as usize));
                 if ok {
-                    keep(&mut kept, s);
+                    keep(kept, s);
                 }
                 scored.push((DomainId::at(first as usize), s, tool, ok));
                 let floor = pruning * top;
                 queue.extend(
-                    touched_domains
+                    chains
+                        .domains
                         .iter()
                         .copied()
-                        .filter(|&d| d != first && bound[d as usize] >= floor),
+                        .filter(|&d| d != first && chains.bound(d) >= floor),
                 );
-                queue.sort_by(|&a, &b| bound[b as usize].total_cmp(&bound[a as usize]).then(a.cmp(&b)));
-                for &d in &queue {
-                    let b = bound[d as usize];
+                queue.sort_by(|&a, &b| chains.bound(b).total_cmp(&chains.bound(a)).then(a.cmp(&b)));
+                for &d in queue.iter() {
+                    let b = chains.bound(d);
                     // Once `per_segment` eligible domains score above a bound, a domain
                     // under it cannot make the cut either (nor be the best).
                     if b < pruning * top || (kept.len() == cap && kept.last().is_some_and(|&k| b < k)) {
                         break;
                     }
-                    let (s, tool) = self.domain_score(d, &terms, &mut local);
+                    let (s, tool) = self.domain_score(d, chains, local);
                     top = top.max(s);
                     let ok = eligible(DomainId::at(d as usize));
                     if ok {
-                        keep(&mut kept, s);
+                        keep(kept, s);
                     }
                     scored.push((DomainId::at(d as usize), s, tool, ok));
                 }
                 kept.clear();
                 queue.clear();
             }
-            for &d in &touched_domains {
-                bound[d as usize] = 0.0;
-            }
-            touched_domains.clear();
-            let mut candidates: Vec<(DomainId, f32, u32)> = scored
-                .drain(..)
-                .filter(|&(_, s, _, ok)| s >= options.min_ratio * top && ok)
-                .map(|(d, s, tool, _)| (d, s, tool))
-                .collect();
-            candidates.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-            candidates.truncate(options.per_segment);
-            found.push((top, candidates, terms));
+            chains.clear();
+            let from = candidates.len();
+            candidates.extend(
+                scored
+                    .drain(..)
+                    .filter(|&(_, s, _, ok)| s >= options.min_ratio * top && ok)
+                    .map(|(d, s, tool, _)| (d, s, tool)),
+            );
+            candidates[from..].sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+            candidates.truncate(from + options.per_segment.min(candidates.len() - from));
+            found.push((top, from..candidates.len(), terms_from..terms.len()));
         }
 
+        // Per domain, its best candidate among the segments that count (the first of equal
+        // scores), and that segment's terms; the words its tool matched only for those.
         let message_top = found.iter().map(|(top, _, _)| *top).fold(0f32, f32::max);
-        let mut hits: Vec<DomainHit> = Vec::new();
-        for (top, candidates, terms) in &found {
+        for (top, segment_candidates, segment_terms) in found.iter() {
             if *top < options.segment_ratio * message_top {
                 continue;
             }
-            for &(domain, score, tool) in candidates {
-                match hits.iter_mut().find(|h| h.domain == domain) {
-                    Some(h) if h.score >= score => {}
-                    Some(h) => {
-                        h.score = score;
-                        h.terms = self.matched_words(message, terms, tool);
-                    }
-                    None => hits.push(DomainHit {
-                        domain,
-                        score,
-                        terms: self.matched_words(message, terms, tool),
-                    }),
+            for &(domain, score, tool) in &candidates[segment_candidates.clone()] {
+                match best.iter_mut().find(|h| h.0 == domain) {
+                    Some(h) if h.1 >= score => {}
+                    Some(h) => *h = (domain, score, tool, segment_terms.clone()),
+                    None => best.push((domain, score, tool, segment_terms.clone())),
                 }
             }
         }
-        hits.sort_by_key(|h| h.domain);
-        hits
+        best.sort_by_key(|h| h.0);
+        best.iter()
+            .map(|(domain, score, tool, segment_terms)| DomainHit {
+                domain: *domain,
+                score: *score,
+                terms: self.matched_words(message, &terms[segment_terms.clone()], *tool),
+            })
+            .collect()
     }
 
     /// The best tools for a query over the whole registry, best first (SPEC §5
     /// `SearchTools`): a tool whose name equals the query (ignoring case and surrounding
     /// space) first, then by score, ties by registry order. At most `limit`.
     pub fn search_tools(&self, query: &str, limit: usize) -> Vec<ToolMatch> {
-        let terms = self.query_terms(query, 0, &mut String::new());
+        let terms = self.query_terms(query);
         let mut scores = vec![0f32; self.tool_domain.len()];
         let mut touched = Vec::new();
         self.accumulate(&terms, &mut scores, &mut touched);
