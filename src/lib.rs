@@ -12,6 +12,9 @@
 //! - [`search`]: the search index over tool text (BM25F, Snowball stems). Pure.
 //! - [`router`]: the pure decision: the settings snapshot and what it activates, the
 //!   conversation state a route reads, `route()` and `load()`. No I/O, no clock.
+//! - [`render`]: provider tool formats (OpenAI chat and responses, Anthropic, Gemini, MCP)
+//!   and `o200k_base` token counts: each tool rendered once per registry and format, answers
+//!   assembled from those bytes. Pure.
 //! - [`eval`]: routing quality over labelled messages (`toolrouter eval`), in-process.
 //! - [`db`]: the SQLite pool, migrations and every SQL statement (one fn each).
 //! - `settings`: the TTL cache of the settings snapshot over the database.
@@ -34,6 +37,7 @@ pub mod registry;
 pub mod matcher;
 pub mod search;
 pub mod router;
+pub mod render;
 pub mod eval;
 pub mod db;
 pub(crate) mod settings;

@@ -106,6 +106,11 @@ impl Activation {
         self.meta_tool.as_ref()
     }
 
+    /// Both meta-tools, in answer order, when any group is loadable.
+    pub fn meta_tools(&self) -> impl Iterator<Item = &Tool> {
+        self.meta_tool.iter().chain(self.search_tool.iter())
+    }
+
     /// The `search_tools` meta-tool, when any group is loadable.
     pub(crate) fn search_tool(&self) -> Option<&Tool> {
         self.search_tool.as_ref()

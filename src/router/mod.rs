@@ -137,7 +137,7 @@ impl Decision {
     }
 
     /// The meta-tools the answer starts with, in order.
-    fn meta_tools<'a>(&self, activation: &'a Activation) -> impl Iterator<Item = &'a Tool> {
+    pub fn meta_tools<'a>(&self, activation: &'a Activation) -> impl Iterator<Item = &'a Tool> {
         let load = activation.meta_tool().filter(|_| self.meta_tool);
         let search = activation.search_tool().filter(|_| self.search_tool);
         load.into_iter().chain(search)

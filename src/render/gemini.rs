@@ -1,0 +1,476 @@
+//! The Gemini Developer API's `Schema` object (its `functionDeclarations[].parameters`): a
+//! select subset of OpenAPI 3.0. A manifest's JSON Schema is reduced to it: `$ref`s into
+//! `$defs`/`definitions` inlined, `type` arrays with `"null"` turned into `nullable`, a
+//! `null` branch of `anyOf`/`oneOf` likewise, enum values as strings, `const` as a one-value
+//! enum, `oneOf` as `anyOf`, and every keyword the `Schema` object does not have removed.
+//! What cannot be expressed is dropped, never invented: a cyclic `$ref` drops the property
+//! that holds it, a tuple `items` is dropped, a `format` the API rejects for its type is
+//! dropped.
+
+use serde_json::{Map, Value};
+
+/// The fields of the `Schema` object (Gemini API reference, `Schema`), in the order they
+/// are written out is the manifest's own order.
+const FIELDS: &[&str] = &[
+    "type",
+    "format",
+    "title",
+    "description",
+    "nullable",
+    "enum",
+    "maxItems",
+    "minItems",
+    "properties",
+    "required",
+    "minProperties",
+    "maxProperties",
+    "minLength",
+    "maxLength",
+    "pattern",
+    "example",
+    "anyOf",
+    "propertyOrdering",
+    "default",
+    "items",
+    "minimum",
+    "maximum",
+];
+
+/// The `Type` enum's values, as the API spells them.
+const TYPES: &[&str] = &[
+    "STRING", "NUMBER", "INTEGER", "BOOLEAN", "ARRAY", "OBJECT", "NULL",
+];
+
+/// The fields that take a non-negative integer.
+const COUNTS: &[&str] = &[
+    "maxItems",
+    "minItems",
+    "minProperties",
+    "maxProperties",
+    "minLength",
+    "maxLength",
+];
+
+/// How deep `$ref`s are followed before a reference is treated as a cycle.
+const MAX_REF_DEPTH: usize = 32;
+
+/// The formats the API accepts for a type (it rejects others, e.g. "only 'enum' and
+/// 'date-time' are supported for STRING type").
+fn format_allowed(ty: Option<&str>, format: &str) -> bool {
+    match ty {
+        Some("STRING") => matches!(format, "enum" | "date-time"),
+        Some("NUMBER") => matches!(format, "float" | "double"),
+        Some("INTEGER") => matches!(format, "int32" | "int64"),
+        _ => false,
+    }
+}
+
+/// A tool's `parameters` for Gemini: the reduced schema, or `None` when the tool takes no
+/// parameters (an object schema with no property left), since the API wants no `parameters`
+/// then.
+pub(crate) fn parameters(schema: &Value) -> Option<Value> {
+    let reducer = Reducer::new(schema);
+    let reduced = reducer.reduce(schema, &mut Vec::new())?;
+    let has_properties = reduced
+        .get("properties")
+        .and_then(Value::as_object)
+        .is_some_and(|p| !p.is_empty());
+    has_properties.then_some(reduced)
+}
+
+struct Reducer<'a> {
+    /// The root's `$defs` and `definitions`, what local `$ref`s point into.
+    root: &'a Value,
+}
+
+impl<'a> Reducer<'a> {
+    fn new(root: &'a Value) -> Self {
+        Reducer { root }
+    }
+
+    /// The schema a local reference names (`#/$defs/X`, `#/definitions/X`, or any other
+    /// JSON pointer into the root).
+    fn resolve(&self, reference: &str) -> Option<&'a Value> {
+        let pointer = reference.strip_prefix('#')?;
+        self.root.pointer(pointer)
+    }
+
+    /// One schema node reduced, or `None` when nothing of it can be expressed.
+    fn reduce(&self, node: &Value, refs: &mut Vec<String>) -> Option<Value> {
+        let node = node.as_object()?;
+        if let Some(reference) = node.get("$ref").and_then(Value::as_str) {
+            if refs.iter().any(|r| r == reference) || refs.len() >= MAX_REF_DEPTH {
+                return None;
+            }
+            let target = self.resolve(reference)?.as_object()?;
+            // The target's keywords, then the referring node's own (2020-12 applies both;
+            // the node's own words, like its description, win).
+            let mut merged = target.clone();
+            for (k, v) in node {
+                if k != "$ref" {
+                    merged.insert(k.clone(), v.clone());
+                }
+            }
+            refs.push(reference.to_string());
+            let out = self.reduce(&Value::Object(merged), refs);
+            refs.pop();
+            return out;
+        }
+        let mut out = Map::new();
+        let mut nullable = false;
+        let mut any_of: Option<Vec<Value>> = None;
+        for (key, value) in node {
+            match key.as_str() {
+                "type" => match value {
+                    Value::String(t) if t == "null" => nullable = true,
+                    Value::String(t) => {
+                        out.insert("type".into(), Value::String(t.to_uppercase()));
+                    }
+                    Value::Array(types) => {
+                        let mut named: Vec<String> = Vec::new();
+                        for t in types.iter().filter_map(Value::as_str) {
+                            if t == "null" {
+                                nullable = true;
+                            } else {
+                                named.push(t.to_uppercase());
+                            }
+                        }
+                        match named.len() {
+                            0 => {}
+                            1 => {
+                                out.insert("type".into(), Value::String(named.remove(0)));
+                            }
+                            _ => {
+                                any_of = Some(
+                                    named
+                                        .into_iter()
+                                        .map(|t| serde_json::json!({ "type": t }))
+                                        .collect(),
+                                );
+                            }
+                        }
+                    }
+                    _ => {}
+                },
+                "enum" => {
+                    if let Value::Array(values) = value {
+                        let mut strings = Vec::with_capacity(values.len());
+                        for v in values {
+                            match v {
+                                Value::Null => nullable = true,
+                                Value::String(s) => strings.push(Value::String(s.clone())),
+                                other => strings.push(Value::String(other.to_string())),
+                            }
+                        }
+                        if !strings.is_empty() {
+                            out.insert("enum".into(), Value::Array(strings));
+                        }
+                    }
+                }
+                "const" => match value {
+                    Value::Null => nullable = true,
+                    Value::String(s) => {
+                        out.insert("enum".into(), Value::Array(vec![Value::String(s.clone())]));
+                    }
+                    other => {
+                        out.insert(
+                            "enum".into(),
+                            Value::Array(vec![Value::String(other.to_string())]),
+                        );
+                    }
+                },
+                "nullable" if value.as_bool() == Some(true) => nullable = true,
+                "title" | "description" | "pattern" | "format" if value.is_string() => {
+                    out.insert(key.clone(), value.clone());
+                }
+                "default" | "example" => {
+                    out.insert(key.clone(), value.clone());
+                }
+                "minimum" | "maximum" if value.is_number() => {
+                    out.insert(key.clone(), value.clone());
+                }
+                k if COUNTS.contains(&k) && value.as_u64().is_some() => {
+                    out.insert(key.clone(), value.clone());
+                }
+                "items" => {
+                    // A tuple (`items` as an array, or `prefixItems`) has no Gemini form.
+                    if let Some(items) = self.reduce(value, refs) {
+                        out.insert("items".into(), items);
+                    }
+                }
+                "properties" => {
+                    if let Value::Object(props) = value {
+                        let mut kept = Map::new();
+                        for (name, schema) in props {
+                            if let Some(s) = self.reduce(schema, refs) {
+                                kept.insert(name.clone(), s);
+                            }
+                        }
+                        if !kept.is_empty() {
+                            out.insert("properties".into(), Value::Object(kept));
+                        }
+                    }
+                }
+                "required" | "propertyOrdering" => {
+                    if let Value::Array(names) = value {
+                        out.insert(key.clone(), Value::Array(names.clone()));
+                    }
+                }
+                "anyOf" | "oneOf" => {
+                    if let Value::Array(branches) = value {
+                        let mut kept = Vec::new();
+                        for b in branches {
+                            if is_null_schema(b) {
+                                nullable = true;
+                            } else if let Some(s) = self.reduce(b, refs) {
+                                kept.push(s);
+                            }
+                        }
+                        any_of = Some(kept);
+                    }
+                }
+                "allOf" => {
+                    // One branch is that schema; several would need merging JSON Schema
+                    // semantics, which the `Schema` object cannot express.
+                    if let Value::Array(branches) = value
+                        && let [only] = branches.as_slice()
+                        && let Some(Value::Object(s)) = self.reduce(only, refs)
+                    {
+                        for (k, v) in s {
+                            out.entry(k).or_insert(v);
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        if let Some(mut branches) = any_of {
+            match branches.len() {
+                0 => {}
+                1 => {
+                    if let Value::Object(s) = branches.remove(0) {
+                        for (k, v) in s {
+                            out.entry(k).or_insert(v);
+                        }
+                    }
+                }
+                _ => {
+                    out.insert("anyOf".into(), Value::Array(branches));
+                }
+            }
+        }
+        if nullable {
+            out.insert("nullable".into(), Value::Bool(true));
+        }
+        let ty = out.get("type").and_then(Value::as_str).map(str::to_string);
+        if let Some(t) = &ty
+            && !TYPES.contains(&t.as_str())
+        {
+            out.remove("type");
+        }
+        if out
+            .get("format")
+            .and_then(Value::as_str)
+            .is_some_and(|f| !format_allowed(ty.as_deref(), f))
+        {
+            out.remove("format");
+        }
+        // `required` and `propertyOrdering` may only name properties that survived.
+        let names: Vec<String> = out
+            .get("properties")
+            .and_then(Value::as_object)
+            .map(|p| p.keys().cloned().collect())
+            .unwrap_or_default();
+        for key in ["required", "propertyOrdering"] {
+            if let Some(Value::Array(list)) = out.get_mut(key) {
+                list.retain(|n| n.as_str().is_some_and(|n| names.iter().any(|p| p == n)));
+                if list.is_empty() {
+                    out.remove(key);
+                }
+            }
+        }
+        // An enum is for a primitive type; without one, STRING is what its values are.
+        if out.contains_key("enum") && !out.contains_key("type") {
+            out.insert("type".into(), Value::String("STRING".into()));
+        }
+        Some(Value::Object(out))
+    }
+}
+
+/// `{"type": "null"}`: the other half of an optional value.
+fn is_null_schema(v: &Value) -> bool {
+    v.get("type").and_then(Value::as_str) == Some("null")
+}
+
+/// Checks a schema against the documented `Schema` object: known fields only, `type` one of
+/// the `Type` values, enum values strings, counts non-negative integers, `required` naming
+/// properties, formats the API accepts for the type, no empty `properties`. Returns every
+/// problem, each with its JSON pointer.
+pub fn check_schema(schema: &Value) -> Vec<String> {
+    let mut problems = Vec::new();
+    check_node(schema, "", &mut problems);
+    problems
+}
+
+fn check_node(node: &Value, at: &str, problems: &mut Vec<String>) {
+    let Some(map) = node.as_object() else {
+        problems.push(format!("{at}: a schema must be an object"));
+        return;
+    };
+    for (key, value) in map {
+        let here = format!("{at}/{key}");
+        if !FIELDS.contains(&key.as_str()) {
+            problems.push(format!("{here}: not a field of the Schema object"));
+            continue;
+        }
+        let ok = match key.as_str() {
+            "type" => value.as_str().is_some_and(|t| TYPES.contains(&t)),
+            "format" => value
+                .as_str()
+                .is_some_and(|f| format_allowed(map.get("type").and_then(Value::as_str), f)),
+            "title" | "description" | "pattern" => value.is_string(),
+            "nullable" => value.is_boolean(),
+            "enum" => value
+                .as_array()
+                .is_some_and(|a| !a.is_empty() && a.iter().all(Value::is_string)),
+            k if COUNTS.contains(&k) => value.as_u64().is_some(),
+            "minimum" | "maximum" => value.is_number(),
+            "required" | "propertyOrdering" => value.as_array().is_some_and(|a| {
+                a.iter().all(|n| {
+                    n.as_str().is_some_and(|n| {
+                        map.get("properties")
+                            .and_then(Value::as_object)
+                            .is_some_and(|p| p.contains_key(n))
+                    })
+                })
+            }),
+            "properties" => match value.as_object() {
+                Some(p) if !p.is_empty() => {
+                    for (name, s) in p {
+                        check_node(s, &format!("{here}/{name}"), problems);
+                    }
+                    true
+                }
+                _ => false,
+            },
+            "items" => {
+                check_node(value, &here, problems);
+                true
+            }
+            "anyOf" => match value.as_array() {
+                Some(branches) if !branches.is_empty() => {
+                    for (i, s) in branches.iter().enumerate() {
+                        check_node(s, &format!("{here}/{i}"), problems);
+                    }
+                    true
+                }
+                _ => false,
+            },
+            // `default` and `example` take any value.
+            _ => true,
+        };
+        if !ok {
+            problems.push(format!("{here}: not a valid value for this field"));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn reduce(schema: Value) -> Option<Value> {
+        parameters(&schema)
+    }
+
+    #[test]
+    fn types_are_the_api_enum_and_nullable_replaces_a_null_type() {
+        let out = reduce(json!({
+            "type": "object",
+            "properties": {
+                "a": {"type": ["string", "null"], "description": "A"},
+                "b": {"type": "integer", "enum": [1, 2]},
+                "c": {"anyOf": [{"type": "number"}, {"type": "null"}]},
+                "d": {"type": ["string", "integer"]},
+            },
+            "required": ["a"],
+        }))
+        .unwrap();
+        assert_eq!(
+            out,
+            json!({
+                "type": "OBJECT",
+                "properties": {
+                    "a": {"type": "STRING", "description": "A", "nullable": true},
+                    "b": {"type": "INTEGER", "enum": ["1", "2"]},
+                    "c": {"type": "NUMBER", "nullable": true},
+                    "d": {"anyOf": [{"type": "STRING"}, {"type": "INTEGER"}]},
+                },
+                "required": ["a"],
+            })
+        );
+        assert_eq!(check_schema(&out), Vec::<String>::new());
+    }
+
+    #[test]
+    fn refs_are_inlined_and_unknown_keywords_removed() {
+        let out = reduce(json!({
+            "$schema": "https://json-schema.org/draft/2020-12/schema",
+            "type": "object",
+            "additionalProperties": false,
+            "$defs": {"id": {"type": "string", "format": "uuid", "minLength": 1}},
+            "properties": {
+                "x": {"$ref": "#/$defs/id", "description": "X"},
+                "list": {"type": "array", "items": {"$ref": "#/$defs/id"}, "uniqueItems": true,
+                         "default": []},
+                "when": {"type": "string", "format": "date-time"},
+            },
+        }))
+        .unwrap();
+        assert_eq!(
+            out,
+            json!({
+                "type": "OBJECT",
+                "properties": {
+                    "x": {"type": "STRING", "minLength": 1, "description": "X"},
+                    "list": {"type": "ARRAY", "items": {"type": "STRING", "minLength": 1},
+                             "default": []},
+                    "when": {"type": "STRING", "format": "date-time"},
+                },
+            })
+        );
+        assert_eq!(check_schema(&out), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_cyclic_ref_drops_its_property_and_required_follows() {
+        let out = reduce(json!({
+            "type": "object",
+            "$defs": {"node": {"type": "object", "properties": {"next": {"$ref": "#/$defs/node"},
+                                                                  "v": {"type": "string"}}}},
+            "properties": {"head": {"$ref": "#/$defs/node"}, "n": {"type": "integer"}},
+            "required": ["head", "n"],
+        }))
+        .unwrap();
+        assert_eq!(
+            out["properties"]["head"],
+            json!({"type": "OBJECT", "properties": {"v": {"type": "STRING"}}})
+        );
+        assert_eq!(check_schema(&out), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_tool_without_parameters_has_none() {
+        assert_eq!(reduce(json!({"type": "object", "properties": {}})), None);
+        assert_eq!(reduce(json!({"type": "object"})), None);
+    }
+
+    #[test]
+    fn the_check_names_what_the_api_rejects() {
+        let bad = json!({"type": "object", "properties": {"a": {"type": "string", "format": "uuid",
+                         "enum": [1]}}, "required": ["b"], "additionalProperties": false});
+        let problems = check_schema(&bad);
+        assert_eq!(problems.len(), 6, "{problems:?}");
+    }
+}

@@ -1,0 +1,323 @@
+//! Provider formats and token counts (SPEC §9): each tool rendered once per registry and
+//! format, counted once with the `o200k_base` encoding, and answers assembled from those
+//! bytes. Pure: no I/O.
+//!
+//! A format's renders are kept back to back, each tool followed by a comma, in registry
+//! order (domains by name, tools in manifest order). A domain's tools are then one slice,
+//! and an answer's `tools_json` is `[`, one copy per domain, and the last comma turned into
+//! `]`.
+
+mod gemini;
+mod tokens;
+
+use std::ops::Range;
+use std::sync::OnceLock;
+
+use serde_json::Value;
+
+pub use gemini::check_schema as check_gemini_schema;
+pub use tokens::{count as count_tokens, warm_up};
+
+use crate::registry::{DomainId, Registry, Tier, Tool};
+
+/// A provider's tool format (the wire `Format` without its native value).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Format {
+    /// OpenAI Chat Completions: `{"type":"function","function":{name, description, parameters}}`.
+    OpenAiChat,
+    /// OpenAI Responses: `{"type":"function", name, description, parameters, "strict":false}`.
+    OpenAiResponses,
+    /// Anthropic Messages: `{name, description, input_schema}`.
+    Anthropic,
+    /// Gemini `functionDeclarations` entries, `parameters` reduced to its `Schema` object.
+    Gemini,
+    /// MCP `tools/list` entries: `{name, description, inputSchema, annotations}`.
+    Mcp,
+}
+
+impl Format {
+    /// Every format, in wire order.
+    pub const ALL: [Format; 5] = [
+        Format::OpenAiChat,
+        Format::OpenAiResponses,
+        Format::Anthropic,
+        Format::Gemini,
+        Format::Mcp,
+    ];
+
+    /// The name in file names, the CLI and reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Format::OpenAiChat => "openai_chat",
+            Format::OpenAiResponses => "openai_responses",
+            Format::Anthropic => "anthropic",
+            Format::Gemini => "gemini",
+            Format::Mcp => "mcp",
+        }
+    }
+
+    /// The format named `s` (as [`Format::as_str`] spells it).
+    pub fn parse(s: &str) -> Option<Format> {
+        Format::ALL.into_iter().find(|f| f.as_str() == s)
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// Appends `s` as a JSON string.
+fn push_str(out: &mut Vec<u8>, s: &str) {
+    // Writing a `str` into a `Vec` cannot fail: serde_json fails only on I/O or on
+    // non-string map keys, and neither is possible here.
+    serde_json::to_writer(&mut *out, s).expect("a str serialises into a Vec");
+}
+
+fn push_value(out: &mut Vec<u8>, v: &Value) {
+    // As above: a `Value` always serialises into a `Vec`.
+    serde_json::to_writer(&mut *out, v).expect("a Value serialises into a Vec");
+}
+
+/// One tool in one format, as compact JSON. The schema is the manifest's, verbatim (it is
+/// already compact JSON), except for Gemini, whose `Schema` object is a subset (see
+/// `gemini.rs`).
+pub fn render(tool: &Tool, format: Format) -> Vec<u8> {
+    let mut out = Vec::with_capacity(tool.input_schema_json.len() + tool.description.len() + 96);
+    render_into(&mut out, tool, format);
+    out
+}
+
+fn render_into(out: &mut Vec<u8>, tool: &Tool, format: Format) {
+    let schema = tool.input_schema_json.as_bytes();
+    match format {
+        Format::OpenAiChat => {
+            out.extend_from_slice(br#"{"type":"function","function":{"name":"#);
+            push_str(out, &tool.name);
+            out.extend_from_slice(br#","description":"#);
+            push_str(out, &tool.description);
+            out.extend_from_slice(br#","parameters":"#);
+            out.extend_from_slice(schema);
+            out.extend_from_slice(b"}}");
+        }
+        Format::OpenAiResponses => {
+            out.extend_from_slice(br#"{"type":"function","name":"#);
+            push_str(out, &tool.name);
+            out.extend_from_slice(br#","description":"#);
+            push_str(out, &tool.description);
+            out.extend_from_slice(br#","parameters":"#);
+            out.extend_from_slice(schema);
+            out.extend_from_slice(br#","strict":false}"#);
+        }
+        Format::Anthropic => {
+            out.extend_from_slice(br#"{"name":"#);
+            push_str(out, &tool.name);
+            out.extend_from_slice(br#","description":"#);
+            push_str(out, &tool.description);
+            out.extend_from_slice(br#","input_schema":"#);
+            out.extend_from_slice(schema);
+            out.push(b'}');
+        }
+        Format::Gemini => {
+            out.extend_from_slice(br#"{"name":"#);
+            push_str(out, &tool.name);
+            out.extend_from_slice(br#","description":"#);
+            push_str(out, &tool.description);
+            // Registry schemas are valid JSON (checked at load); one that were not would
+            // only lose its parameters here.
+            let parameters = serde_json::from_str::<Value>(&tool.input_schema_json)
+                .ok()
+                .and_then(|s| gemini::parameters(&s));
+            if let Some(p) = parameters {
+                out.extend_from_slice(br#","parameters":"#);
+                push_value(out, &p);
+            }
+            out.push(b'}');
+        }
+        Format::Mcp => {
+            out.extend_from_slice(br#"{"name":"#);
+            push_str(out, &tool.name);
+            out.extend_from_slice(br#","description":"#);
+            push_str(out, &tool.description);
+            out.extend_from_slice(br#","inputSchema":"#);
+            out.extend_from_slice(schema);
+            match tool.tier {
+                Tier::Read => out.extend_from_slice(br#","annotations":{"readOnlyHint":true}"#),
+                Tier::Modify => {
+                    out.extend_from_slice(br#","annotations":{"destructiveHint":false}"#);
+                }
+                Tier::Destructive => {
+                    out.extend_from_slice(br#","annotations":{"destructiveHint":true}"#);
+                }
+                Tier::Unspecified => {}
+            }
+            out.push(b'}');
+        }
+    }
+}
+
+/// Tools rendered in one format: their JSON back to back, each followed by a comma, and
+/// each one's token count.
+#[derive(Debug, Clone, Default)]
+pub struct Rendered {
+    /// Every tool's JSON followed by `,`.
+    bytes: Vec<u8>,
+    /// `starts[i]` is where tool `i` begins; one more entry marks the end.
+    starts: Vec<usize>,
+    /// `token_sums[i]` is the tokens of tools `0..i`; one more entry than tools.
+    token_sums: Vec<u64>,
+}
+
+impl Rendered {
+    /// Renders and counts `tools` in `format`.
+    pub fn new<'a>(tools: impl IntoIterator<Item = &'a Tool>, format: Format) -> Rendered {
+        let mut r = Rendered {
+            bytes: Vec::new(),
+            starts: vec![0],
+            token_sums: vec![0],
+        };
+        let mut total = 0u64;
+        for t in tools {
+            let start = r.bytes.len();
+            render_into(&mut r.bytes, t, format);
+            // Rendered from `&str`s and serde_json output, so UTF-8; checked anyway rather
+            // than assumed.
+            let text = std::str::from_utf8(&r.bytes[start..]).unwrap_or_default();
+            total += tokens::count(text) as u64;
+            r.bytes.push(b',');
+            r.starts.push(r.bytes.len());
+            r.token_sums.push(total);
+        }
+        r.bytes.shrink_to_fit();
+        r
+    }
+
+    /// How many tools.
+    pub fn len(&self) -> usize {
+        self.starts.len() - 1
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Tool `i`'s JSON.
+    pub fn tool(&self, i: usize) -> &[u8] {
+        &self.bytes[self.starts[i]..self.starts[i + 1] - 1]
+    }
+
+    /// Tools `range`'s JSON, each followed by a comma: a piece for [`assemble`].
+    pub fn span(&self, range: Range<usize>) -> &[u8] {
+        &self.bytes[self.starts[range.start]..self.starts[range.end]]
+    }
+
+    /// Every tool, each followed by a comma.
+    pub fn all(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// The tokens of tools `range`.
+    pub fn tokens(&self, range: Range<usize>) -> u32 {
+        let n = self.token_sums[range.end] - self.token_sums[range.start];
+        u32::try_from(n).unwrap_or(u32::MAX)
+    }
+
+    /// Bytes held.
+    pub fn heap_bytes(&self) -> usize {
+        self.bytes.capacity() + self.starts.capacity() * 8 + self.token_sums.capacity() * 8
+    }
+}
+
+/// A JSON array of pieces from [`Rendered::span`] (each tool followed by a comma): one copy
+/// of each piece, the last comma made the closing bracket.
+pub fn assemble(pieces: &[&[u8]]) -> Vec<u8> {
+    let len: usize = pieces.iter().map(|p| p.len()).sum();
+    let mut out = Vec::with_capacity(len + 2);
+    out.push(b'[');
+    for p in pieces {
+        out.extend_from_slice(p);
+    }
+    match out.last_mut() {
+        Some(last) if *last == b',' => *last = b']',
+        _ => out.push(b']'),
+    }
+    out
+}
+
+/// Every tool of a registry rendered, per format: the OpenAI chat format at once (its
+/// token counts are `Group.tokens` and what `check` reports), the others on first use.
+#[derive(Debug)]
+pub struct Renders {
+    /// `first_tool[d]` is the registry-order index of domain `d`'s first tool; one more
+    /// entry marks the end.
+    first_tool: Vec<usize>,
+    formats: [OnceLock<Rendered>; 5],
+}
+
+impl Renders {
+    /// Renders the registry in the OpenAI chat format; the others wait for [`Renders::get`].
+    pub fn new(registry: &Registry) -> Renders {
+        let mut first_tool = Vec::with_capacity(registry.domains().len() + 1);
+        let mut n = 0;
+        for d in registry.domains() {
+            first_tool.push(n);
+            n += d.tools.len();
+        }
+        first_tool.push(n);
+        let renders = Renders {
+            first_tool,
+            formats: Default::default(),
+        };
+        renders.get(registry, Format::OpenAiChat);
+        renders
+    }
+
+    /// The registry's tools in `format`, rendered on first use. `registry` must be the one
+    /// these renders were built for.
+    pub fn get(&self, registry: &Registry, format: Format) -> &Rendered {
+        self.formats[format.index()]
+            .get_or_init(|| Rendered::new(registry.domains().iter().flat_map(|d| &d.tools), format))
+    }
+
+    /// Domain `d`'s tools, as a range of [`Rendered`] indices.
+    pub fn domain(&self, d: DomainId) -> Range<usize> {
+        self.first_tool[d.index()]..self.first_tool[d.index() + 1]
+    }
+
+    /// Domain `d`'s tokens in the OpenAI chat format.
+    pub fn domain_tokens(&self, registry: &Registry, d: DomainId) -> u32 {
+        self.get(registry, Format::OpenAiChat).tokens(self.domain(d))
+    }
+
+    /// The registry-order index of a domain's tool.
+    pub fn tool(&self, d: DomainId, i: usize) -> usize {
+        self.first_tool[d.index()] + i
+    }
+
+    /// Bytes held by the formats rendered so far.
+    pub fn heap_bytes(&self) -> usize {
+        self.formats
+            .iter()
+            .filter_map(OnceLock::get)
+            .map(Rendered::heap_bytes)
+            .sum()
+    }
+}
+
+/// A short list of tools (the meta-tools of one settings snapshot) rendered per format on
+/// first use.
+#[derive(Debug, Default)]
+pub struct LazyRenders {
+    formats: [OnceLock<Rendered>; 5],
+}
+
+impl LazyRenders {
+    /// `tools` in `format`, rendered on the first call for that format; later calls must
+    /// pass the same tools.
+    pub fn get<'a>(&self, format: Format, tools: impl FnOnce() -> Vec<&'a Tool>) -> &Rendered {
+        self.formats[format.index()].get_or_init(|| Rendered::new(tools(), format))
+    }
+}
+
+#[cfg(test)]
+mod tests;
