@@ -14,6 +14,9 @@ use crate::matcher::MatchMode;
 use crate::router::FallbackPolicy;
 use crate::search::{self, SearchMode};
 
+/// The default `max_tools`: OpenAI's limit on tools per request.
+pub const DEFAULT_MAX_TOOLS: u32 = 128;
+
 /// Log output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -61,6 +64,12 @@ pub struct Config {
     pub conversation_ttl: Duration,
     /// Largest accepted message, in bytes (exactly the limit is accepted).
     pub max_message_bytes: usize,
+    /// At most this many tools in a `Route` answer unless the request says otherwise (0: no
+    /// limit); 128 is OpenAI's limit on tools per request.
+    pub max_tools: u32,
+    /// At most this many tokens of tools in a `Route` answer unless the request says
+    /// otherwise; none by default.
+    pub token_budget: Option<u32>,
     /// Log output format.
     pub log_format: LogFormat,
     /// How long a database statement waits for another writer's lock before failing.
@@ -115,6 +124,8 @@ impl Default for Config {
             search_segment_ratio: search::DEFAULT_SEGMENT_RATIO,
             conversation_ttl: Duration::from_secs(24 * 3600),
             max_message_bytes: 65_536,
+            max_tools: DEFAULT_MAX_TOOLS,
+            token_budget: None,
             log_format: LogFormat::Text,
             busy_timeout: crate::db::BUSY_TIMEOUT,
             drain_timeout: Duration::from_secs(10),

@@ -96,6 +96,14 @@ pub enum Error {
         /// The field's name in the request.
         field: &'static str,
     },
+    /// An enum field holds a value this daemon does not know (a newer client's).
+    #[error("'{field}' has an unknown value {value}.")]
+    UnknownEnumValue {
+        /// The field's name in the request.
+        field: &'static str,
+        /// The number sent.
+        value: i32,
+    },
     /// No domain has this name; the groups that could be loaded are listed.
     #[error("Tool group '{}' not found. Available groups: {}", echo(group), available.join(", "))]
     GroupNotFound {
@@ -214,7 +222,8 @@ impl From<Error> for tonic::Status {
             | Error::MissingWith { .. }
             | Error::MessageTooLong { .. }
             | Error::NameTooLong { .. }
-            | Error::ControlCharacters { .. } => Status::invalid_argument(err.to_string()),
+            | Error::ControlCharacters { .. }
+            | Error::UnknownEnumValue { .. } => Status::invalid_argument(err.to_string()),
             // The caller sent bytes that are not its request message: its mistake, not ours.
             Error::Decode(_) => {
                 tracing::warn!(error = %err, "request refused: not decodable");

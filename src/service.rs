@@ -6,8 +6,9 @@ use tonic::{Request, Response, Status};
 use crate::error::{Error, Result};
 use crate::proto::{self, tool_router_server::ToolRouter};
 use crate::registry::{Domain, DomainId, Registry, Tool};
+use crate::render::{Format, assemble};
 use crate::router::Reason;
-use crate::state::{Loaded, Routed, State, View};
+use crate::state::{Loaded, RouteOptions, Routed, State, View};
 use crate::telemetry::{CallSummary, conversation_hash};
 
 /// Longest accepted `conversation_id` or `group_name`, in bytes.
@@ -97,6 +98,28 @@ fn required<'a>(value: &'a str, field: &'static str) -> Result<&'a str> {
     Ok(value)
 }
 
+/// A request's `format`: `None` for native `Tool` messages only.
+fn format(raw: i32) -> Result<Option<Format>> {
+    use proto::Format as F;
+    match F::try_from(raw) {
+        Ok(F::Unspecified) => Ok(None),
+        Ok(F::OpenaiChat) => Ok(Some(Format::OpenAiChat)),
+        Ok(F::OpenaiResponses) => Ok(Some(Format::OpenAiResponses)),
+        Ok(F::Anthropic) => Ok(Some(Format::Anthropic)),
+        Ok(F::Gemini) => Ok(Some(Format::Gemini)),
+        Ok(F::Mcp) => Ok(Some(Format::Mcp)),
+        Err(_) => Err(Error::UnknownEnumValue {
+            field: "format",
+            value: raw,
+        }),
+    }
+}
+
+/// The format tokens are counted in: the requested one, or OpenAI chat for native answers.
+fn counted(format: Option<Format>) -> Format {
+    format.unwrap_or(Format::OpenAiChat)
+}
+
 fn tool(domain: &str, t: &Tool) -> proto::Tool {
     proto::Tool {
         name: t.name.clone(),
@@ -122,6 +145,7 @@ fn group(view: &View, id: DomainId) -> proto::Group {
         active: view.activation.is_active(id),
         settings_keys: d.settings_keys.clone(),
         keywords: d.keywords.clone(),
+        tokens: view.renders.domain_tokens(&view.registry, id),
     }
 }
 
@@ -153,7 +177,19 @@ impl ToolRouter for ToolRouterService {
         let req = request.into_inner();
         self.check_text(&req.message, "message")?;
         let conv = ConversationId::optional(&req.conversation_id)?.map(ConversationId::as_str);
-        let Routed { view, decision } = self.state.route(&req.message, conv, req.dry_run).await?;
+        let format = format(req.format)?;
+        let options = RouteOptions {
+            conversation: conv,
+            dry_run: req.dry_run,
+            format,
+            max_tools: req.max_tools,
+            token_budget: req.token_budget,
+        };
+        let Routed {
+            view,
+            decision,
+            dropped,
+        } = self.state.route(&req.message, options).await?;
         tracing::debug!(
             message_bytes = req.message.len(),
             domains = decision.domains.len(),
@@ -173,14 +209,53 @@ impl ToolRouter for ToolRouterService {
             fallback: Some(decision.fallback),
             group: None,
         };
-        let mut tools = Vec::with_capacity(decision.tool_count(registry, &view.activation));
-        tools.extend(
-            decision
-                .tools(registry, &view.activation)
-                .map(|(d, t)| tool(d, t)),
-        );
+        let rendered = view.rendered(counted(format));
+        let meta = view.meta_rendered(counted(format));
+        let domain_tokens = |d: DomainId| rendered.tokens(view.renders.domain(d));
+        let tokens = meta.tokens(0..meta.len())
+            + decision
+                .domains
+                .iter()
+                .map(|inc| domain_tokens(inc.domain))
+                .sum::<u32>();
+        let mut tools = Vec::new();
+        let mut tools_json = Vec::new();
+        if format.is_none() {
+            tools.reserve_exact(decision.tool_count(registry, &view.activation));
+            tools.extend(
+                decision
+                    .tools(registry, &view.activation)
+                    .map(|(d, t)| tool(d, t)),
+            );
+        } else {
+            let mut pieces = Vec::with_capacity(decision.domains.len() + 1);
+            pieces.push(meta.all());
+            pieces.extend(
+                decision
+                    .domains
+                    .iter()
+                    .map(|inc| rendered.span(view.renders.domain(inc.domain))),
+            );
+            tools_json = assemble(&pieces);
+        }
         let mut response = Response::new(proto::RouteResponse {
             tools,
+            tools_json,
+            tokens,
+            dropped: dropped
+                .iter()
+                .map(|d| proto::DroppedDomain {
+                    domain: registry.domain(d.domain).name.clone(),
+                    reason: reason(d.reason).into(),
+                    tools: u32::try_from(d.cost.tools).unwrap_or(u32::MAX),
+                    tokens: u32::try_from(d.cost.tokens).unwrap_or(u32::MAX),
+                })
+                .collect(),
+            prompt_section: if req.include_prompt_section {
+                view.activation.prompt_section(registry)
+            } else {
+                String::new()
+            },
             domains: decision
                 .domains
                 .iter()
@@ -198,6 +273,7 @@ impl ToolRouter for ToolRouterService {
                             .collect(),
                         matched_terms: search.map(|h| h.terms.clone()).unwrap_or_default(),
                         score: search.map_or(0.0, |h| h.score),
+                        tokens: domain_tokens(inc.domain),
                     }
                 })
                 .collect(),
@@ -215,12 +291,25 @@ impl ToolRouter for ToolRouterService {
         let req = request.into_inner();
         let id = ConversationId::required(&req.conversation_id)?.as_str();
         let group_name = bounded(required(&req.group_name, "group_name")?, "group_name")?;
+        let format = format(req.format)?;
         let Loaded { view, load } = self.state.load_group(id, group_name).await?;
         let d = view.registry.domain(load.domain);
         tracing::debug!(group = %d.name, already_loaded = load.already_loaded, "group loaded");
+        let rendered = view.rendered(counted(format));
+        let range = view.renders.domain(load.domain);
         let mut response = Response::new(proto::LoadToolGroupResponse {
             group: Some(group(&view, load.domain)),
-            tools: domain_tools(d).collect(),
+            tools: if format.is_none() {
+                domain_tools(d).collect()
+            } else {
+                Vec::new()
+            },
+            tools_json: if format.is_some() {
+                assemble(&[rendered.span(range.clone())])
+            } else {
+                Vec::new()
+            },
+            tokens: rendered.tokens(range),
             already_loaded: load.already_loaded,
             text: crate::router::load_text(&view.registry, load.domain),
         });
@@ -247,19 +336,38 @@ impl ToolRouter for ToolRouterService {
 
     async fn list_all_tools(
         &self,
-        _request: Request<proto::ListAllToolsRequest>,
+        request: Request<proto::ListAllToolsRequest>,
     ) -> Result<Response<proto::ListAllToolsResponse>, Status> {
+        let format = format(request.into_inner().format)?;
         let view = self.state.view().await;
-        let domains = view.registry.domains();
+        let registry = &view.registry;
         // Core domains first, then the rest; each part is already by name.
-        let ordered = domains
-            .iter()
-            .filter(|d| d.core)
-            .chain(domains.iter().filter(|d| !d.core));
+        let ordered: Vec<DomainId> = registry
+            .domain_ids()
+            .filter(|&d| registry.domain(d).core)
+            .chain(registry.domain_ids().filter(|&d| !registry.domain(d).core))
+            .collect();
+        let rendered = view.rendered(counted(format));
+        let mut tools = Vec::new();
+        let mut tools_json = Vec::new();
+        if format.is_none() {
+            tools = ordered
+                .iter()
+                .flat_map(|&d| domain_tools(registry.domain(d)))
+                .collect();
+        } else {
+            let pieces: Vec<&[u8]> = ordered
+                .iter()
+                .map(|&d| rendered.span(view.renders.domain(d)))
+                .collect();
+            tools_json = assemble(&pieces);
+        }
         Ok(Response::new(proto::ListAllToolsResponse {
-            tools: ordered.flat_map(domain_tools).collect(),
+            tools,
+            tools_json,
+            tokens: rendered.tokens(0..rendered.len()),
             groups: groups(&view),
-            registry_version: view.registry.version(),
+            registry_version: registry.version(),
         }))
     }
 
@@ -297,6 +405,7 @@ impl ToolRouter for ToolRouterService {
         let req = request.into_inner();
         let query = required(&req.query, "query")?;
         self.check_text(query, "query")?;
+        let format = format(req.format)?;
         let conv = ConversationId::optional(&req.conversation_id)?;
         let load_into = match (req.load, conv) {
             (false, _) => None,
@@ -334,6 +443,21 @@ impl ToolRouter for ToolRouterService {
                 }
             })
             .collect();
+        let tools_json = match format {
+            None => Vec::new(),
+            Some(f) => {
+                let rendered = view.rendered(f);
+                let pieces: Vec<&[u8]> = found
+                    .hits
+                    .iter()
+                    .map(|h| {
+                        let i = view.renders.tool(h.domain, h.tool);
+                        rendered.span(i..i + 1)
+                    })
+                    .collect();
+                assemble(&pieces)
+            }
+        };
         let loaded_groups = domain_names(&view.registry, found.loaded.iter().copied());
         if !loaded_groups.is_empty() {
             tracing::info!(groups = ?loaded_groups, "groups loaded by search");
@@ -342,6 +466,7 @@ impl ToolRouter for ToolRouterService {
             text: search_text(view, query, &hits, &loaded_groups),
             hits,
             loaded_groups,
+            tools_json,
             registry_version: view.registry.version(),
         }))
     }

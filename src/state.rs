@@ -13,8 +13,10 @@ use crate::conversations::Conversations;
 use crate::db::Db;
 use crate::error::{Error, Result};
 use crate::matcher::{MatchMode, Matcher};
-use crate::registry::Registry;
-use crate::router::{self, Activation, Decision, Inputs, Load, Mark, Options, Snapshot};
+use crate::registry::{DomainId, Registry};
+use crate::render::{Format, LazyRenders, Rendered, Renders};
+use crate::router::budget::{self, Candidate, Cost, Limits};
+use crate::router::{self, Activation, Decision, Inputs, Load, Mark, Options, Reason, Snapshot};
 use crate::search::{SearchIndex, ToolMatch};
 use crate::settings::SettingsCache;
 
@@ -31,9 +33,60 @@ pub struct View {
     pub settings: Arc<Snapshot>,
     /// What the snapshot means for the registry.
     pub activation: Activation,
+    /// The registry's tools rendered per provider format, with their token counts.
+    pub renders: Arc<Renders>,
+    /// The meta-tools of this activation (as the options expose them), rendered per format.
+    meta: LazyRenders,
+    /// Whether answers carry the meta-tools (the routing options, fixed for a daemon).
+    expose: (bool, bool),
 }
 
 impl View {
+    fn new(
+        registry: Arc<Registry>,
+        matcher: Arc<Matcher>,
+        index: Arc<SearchIndex>,
+        renders: Arc<Renders>,
+        settings: Arc<Snapshot>,
+        options: &Options,
+    ) -> View {
+        let activation = Activation::new(&registry, &settings);
+        View {
+            registry,
+            matcher,
+            index,
+            settings,
+            activation,
+            renders,
+            meta: LazyRenders::default(),
+            expose: (options.expose_load_tool_group, options.expose_search_tools),
+        }
+    }
+
+    /// The registry's tools in `format`.
+    pub fn rendered(&self, format: Format) -> &Rendered {
+        self.renders.get(&self.registry, format)
+    }
+
+    /// The meta-tools answers start with, in `format`: both, either or none, as the options
+    /// expose them and the activation has them.
+    pub fn meta_rendered(&self, format: Format) -> &Rendered {
+        self.meta.get(format, || {
+            let load = self.activation.meta_tool().filter(|_| self.expose.0);
+            let search = self.activation.search_tool().filter(|_| self.expose.1);
+            load.into_iter().chain(search).collect()
+        })
+    }
+
+    /// What a domain's tools cost in `format`.
+    pub fn domain_cost(&self, d: DomainId, format: Format) -> Cost {
+        let range = self.renders.domain(d);
+        Cost {
+            tools: range.len() as u64,
+            tokens: u64::from(self.rendered(format).tokens(range)),
+        }
+    }
+
     /// What a route reads from the registry.
     pub fn inputs(&self) -> Inputs<'_> {
         Inputs {
@@ -49,8 +102,36 @@ impl View {
 pub struct Routed {
     /// The view the decision read.
     pub view: Arc<View>,
-    /// What the turn gets.
+    /// What the turn gets, the budget applied.
     pub decision: Decision,
+    /// The domains the budget left out, in the order they were dropped.
+    pub dropped: Vec<Dropped>,
+}
+
+/// A domain the budget left out of an answer.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Dropped {
+    /// The domain.
+    pub domain: DomainId,
+    /// Why it would have been in the answer.
+    pub reason: Reason,
+    /// What it would have cost.
+    pub cost: Cost,
+}
+
+/// What a `Route` call asks beyond the message.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RouteOptions<'a> {
+    /// The conversation, if any.
+    pub conversation: Option<&'a str>,
+    /// Record nothing about the conversation.
+    pub dry_run: bool,
+    /// The format tokens are counted in (`None`: native, counted as OpenAI chat).
+    pub format: Option<Format>,
+    /// The request's `max_tools` (0: the server's).
+    pub max_tools: u32,
+    /// The request's `token_budget` (0: the server's).
+    pub token_budget: u32,
 }
 
 /// A load's outcome and the view it was checked in.
@@ -99,6 +180,8 @@ struct Inner {
     config_toml: String,
     /// The database URL, credentials removed.
     database: String,
+    /// The server's budget: `--max-tools` (0: none) and `--token-budget`.
+    limits: Limits,
 }
 
 /// What `DescribeServer` reports.
@@ -145,14 +228,9 @@ impl State {
         let registry = Arc::new(registry);
         let matcher = Arc::new(Matcher::new(registry.keywords(), config.keyword_match)?);
         let index = Arc::new(SearchIndex::new(&registry));
-        let activation = Activation::new(&registry, &snapshot);
-        let view = View {
-            registry,
-            matcher,
-            index,
-            settings: snapshot,
-            activation,
-        };
+        let renders = Arc::new(Renders::new(&registry));
+        let options = config.routing();
+        let view = View::new(registry, matcher, index, renders, snapshot, &options);
         Ok(State {
             inner: Arc::new(Inner {
                 conversations: Conversations::new(
@@ -162,7 +240,7 @@ impl State {
                 ),
                 db,
                 settings,
-                options: config.routing(),
+                options,
                 view: ArcSwap::from_pointee(view),
                 manifests: config.manifests.clone(),
                 keyword_match: config.keyword_match,
@@ -170,6 +248,10 @@ impl State {
                 started: std::time::Instant::now(),
                 config_toml: config.to_toml(),
                 database: crate::db::redact_url(&config.database),
+                limits: Limits {
+                    max_tools: (config.max_tools > 0).then_some(u64::from(config.max_tools)),
+                    token_budget: config.token_budget.map(u64::from),
+                },
             }),
         })
     }
@@ -207,13 +289,14 @@ impl State {
         if Arc::ptr_eq(&view.settings, &snapshot) {
             return view;
         }
-        let next = Arc::new(View {
-            registry: view.registry.clone(),
-            matcher: view.matcher.clone(),
-            index: view.index.clone(),
-            activation: Activation::new(&view.registry, &snapshot),
-            settings: snapshot,
-        });
+        let next = Arc::new(View::new(
+            view.registry.clone(),
+            view.matcher.clone(),
+            view.index.clone(),
+            view.renders.clone(),
+            snapshot,
+            &self.inner.options,
+        ));
         // Only over the view it was derived from: a registry reloaded meanwhile is kept (this
         // caller still answers from its own consistent view).
         self.inner.view.compare_and_swap(&view, next.clone());
@@ -221,11 +304,76 @@ impl State {
     }
 
     /// Routes one message (SPEC §4), recording new keyword and search hits in the
-    /// conversation before answering, unless `dry_run`.
+    /// conversation before answering, unless `dry_run`, then fits the answer to the budget
+    /// (SPEC §9).
     ///
     /// # Errors
     /// None today: a conversation store fault degrades the answer instead (see above).
-    pub async fn route(&self, message: &str, conversation_id: Option<&str>, dry_run: bool) -> Result<Routed> {
+    pub async fn route(&self, message: &str, options: RouteOptions<'_>) -> Result<Routed> {
+        let (view, mut decision) = self.decide(message, options.conversation, options.dry_run).await;
+        let format = options.format.unwrap_or(Format::OpenAiChat);
+        let limits = Limits {
+            max_tools: match options.max_tools {
+                0 => self.inner.limits.max_tools,
+                n => Some(u64::from(n)),
+            },
+            token_budget: match options.token_budget {
+                0 => self.inner.limits.token_budget,
+                n => Some(u64::from(n)),
+            },
+        };
+        let mut dropped = Vec::new();
+        if limits != Limits::default() {
+            let meta = view.meta_rendered(format);
+            let fixed = Cost {
+                tools: meta.len() as u64,
+                tokens: u64::from(meta.tokens(0..meta.len())),
+            };
+            let candidates: Vec<Candidate> = decision
+                .domains
+                .iter()
+                .map(|inc| Candidate {
+                    domain: inc.domain,
+                    reason: inc.reason,
+                    score: decision.search_hit(inc.domain).map_or(0.0, |h| h.score),
+                    cost: view.domain_cost(inc.domain, format),
+                })
+                .collect();
+            let out = budget::select(fixed, &candidates, limits);
+            if !out.is_empty() {
+                dropped = out
+                    .iter()
+                    .map(|&i| Dropped {
+                        domain: candidates[i].domain,
+                        reason: candidates[i].reason,
+                        cost: candidates[i].cost,
+                    })
+                    .collect();
+                let mut keep = vec![true; candidates.len()];
+                for &i in &out {
+                    keep[i] = false;
+                }
+                let mut i = 0;
+                decision.domains.retain(|_| {
+                    i += 1;
+                    keep[i - 1]
+                });
+            }
+        }
+        Ok(Routed {
+            view,
+            decision,
+            dropped,
+        })
+    }
+
+    /// The routing decision for one message, recorded in the conversation unless `dry_run`.
+    async fn decide(
+        &self,
+        message: &str,
+        conversation_id: Option<&str>,
+        dry_run: bool,
+    ) -> (Arc<View>, Decision) {
         let view = self.view().await;
         let decide = |conversation: Option<&router::Conversation>| {
             router::route(
@@ -238,7 +386,7 @@ impl State {
         };
         let Some(id) = conversation_id else {
             let decision = decide(None);
-            return Ok(Routed { view, decision });
+            return (view, decision);
         };
         let convs = &self.inner.conversations;
         // A turn is answered even when the conversation store cannot be used: without the
@@ -248,7 +396,7 @@ impl State {
             Err(e) => {
                 tracing::warn!(error = %e, "conversation unavailable; routing without its memory");
                 let decision = decide(None);
-                return Ok(Routed { view, decision });
+                return (view, decision);
             }
         };
         let decision = decide(Some(entry.state()));
@@ -261,7 +409,7 @@ impl State {
                 tracing::warn!(error = %e, "cannot remember this turn's keyword hits");
             }
         }
-        Ok(Routed { view, decision })
+        (view, decision)
     }
 
     /// Loads a group into a conversation (SPEC §5), persisted before answering.
@@ -334,13 +482,14 @@ impl State {
         let loaded = tokio::task::spawn_blocking(move || {
             Registry::load(&dirs).map(|r| {
                 let index = SearchIndex::new(&r);
-                (r, index)
+                let renders = Renders::new(&r);
+                (r, index, renders)
             })
         })
         .await
         .map_err(|e| Error::Internal(format!("the reload task failed: {e}")))?;
-        let (registry, index) = match loaded {
-            Ok((r, index)) => (Arc::new(r), Arc::new(index)),
+        let (registry, index, renders) = match loaded {
+            Ok((r, index, renders)) => (Arc::new(r), Arc::new(index), Arc::new(renders)),
             Err(Error::Manifests(errors)) => {
                 let version = self.inner.view.load().registry.version();
                 return Err(Error::ManifestsRefused { version, errors });
@@ -348,12 +497,15 @@ impl State {
             Err(other) => return Err(other),
         };
         let matcher = Arc::new(Matcher::new(registry.keywords(), self.inner.keyword_match)?);
-        self.inner.view.rcu(|current| View {
-            registry: registry.clone(),
-            matcher: matcher.clone(),
-            index: index.clone(),
-            settings: current.settings.clone(),
-            activation: Activation::new(&registry, &current.settings),
+        self.inner.view.rcu(|current| {
+            View::new(
+                registry.clone(),
+                matcher.clone(),
+                index.clone(),
+                renders.clone(),
+                current.settings.clone(),
+                &self.inner.options,
+            )
         });
         let reloaded = Reloaded {
             registry_version: registry.version(),

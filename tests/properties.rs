@@ -1420,3 +1420,137 @@ proptest! {
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// The budget (SPEC §9): a pure function of the included domains and the limits.
+// ---------------------------------------------------------------------------------------------
+
+mod budget {
+    use super::*;
+    use toolrouter::router::budget::{Candidate, Cost, Limits, select as fit};
+
+    fn reason() -> impl Strategy<Value = Reason> {
+        prop_oneof![
+            Just(Reason::Core),
+            Just(Reason::Keyword),
+            Just(Reason::Search),
+            Just(Reason::Loaded),
+            Just(Reason::Sticky),
+            Just(Reason::Fallback),
+        ]
+    }
+
+    fn droppable(r: Reason) -> bool {
+        matches!(r, Reason::Fallback | Reason::Search | Reason::Sticky)
+    }
+
+    fn rank(r: Reason) -> u8 {
+        match r {
+            Reason::Fallback => 0,
+            Reason::Search => 1,
+            _ => 2,
+        }
+    }
+
+    /// Distinct domains (one answer never holds a domain twice), each with a reason, a
+    /// score, tools and tokens.
+    fn candidates() -> impl Strategy<Value = Vec<Candidate>> {
+        vec((reason(), 0u8..8, 0u64..20, 0u64..3_000), 0..16).prop_flat_map(|parts| {
+            let n = parts.len();
+            Just(parts)
+                .prop_flat_map(move |parts| {
+                    (
+                        Just(parts),
+                        proptest::sample::subsequence((0..64usize).collect::<Vec<_>>(), n),
+                    )
+                })
+                .prop_map(|(parts, ids)| {
+                    parts
+                        .into_iter()
+                        .zip(ids)
+                        .map(|((reason, score, tools, tokens), id)| Candidate {
+                            domain: toolrouter::registry::DomainId::at(id),
+                            reason,
+                            score: f32::from(score) / 2.0,
+                            cost: Cost { tools, tokens },
+                        })
+                        .collect()
+                })
+        })
+    }
+
+    fn limits() -> impl Strategy<Value = Limits> {
+        (
+            proptest::option::of(0u64..200),
+            proptest::option::of(0u64..30_000),
+        )
+            .prop_map(|(max_tools, token_budget)| Limits {
+                max_tools,
+                token_budget,
+            })
+    }
+
+    fn sum(fixed: Cost, cs: &[Candidate], keep: impl Fn(usize) -> bool) -> Cost {
+        cs.iter()
+            .enumerate()
+            .filter(|(i, _)| keep(*i))
+            .fold(fixed, |a, (_, c)| Cost {
+                tools: a.tools + c.cost.tools,
+                tokens: a.tokens + c.cost.tokens,
+            })
+    }
+
+    fn fits(c: Cost, l: Limits) -> bool {
+        l.max_tools.is_none_or(|m| c.tools <= m) && l.token_budget.is_none_or(|b| c.tokens <= b)
+    }
+
+    proptest! {
+        #![proptest_config(config(2_000))]
+
+        #[test]
+        fn the_budget_never_drops_core_keyword_or_loaded_and_fits_when_the_rest_does(
+            cs in candidates(),
+            limits in limits(),
+            meta_tools in 0u64..3,
+            meta_tokens in 0u64..400,
+        ) {
+            let fixed = Cost { tools: meta_tools, tokens: meta_tokens };
+            let dropped = fit(fixed, &cs, limits);
+            // Deterministic.
+            prop_assert_eq!(&dropped, &fit(fixed, &cs, limits));
+            let mut seen = HashSet::new();
+            for &i in &dropped {
+                prop_assert!(i < cs.len() && seen.insert(i), "each position once");
+                prop_assert!(droppable(cs[i].reason), "dropped a {:?} domain", cs[i].reason);
+            }
+            let kept = sum(fixed, &cs, |i| !dropped.contains(&i));
+            let undroppable = sum(fixed, &cs, |i| !droppable(cs[i].reason));
+            if fits(undroppable, limits) {
+                prop_assert!(fits(kept, limits), "the undroppable part fits, so the answer must");
+            }
+            if fits(sum(fixed, &cs, |_| true), limits) {
+                prop_assert!(dropped.is_empty(), "nothing dropped from an answer that fits");
+            }
+            // No more than needed: before the last drop, the answer did not fit.
+            if let Some((&last, earlier)) = dropped.split_last() {
+                let before = sum(fixed, &cs, |i| i == last || !earlier.contains(&i));
+                prop_assert!(!fits(before, limits));
+            }
+            // In the SPEC's order: fallback, then search, then sticky, each by its own key.
+            for pair in dropped.windows(2) {
+                let (a, b) = (&cs[pair[0]], &cs[pair[1]]);
+                prop_assert!(rank(a.reason) <= rank(b.reason));
+                if a.reason == b.reason {
+                    match a.reason {
+                        Reason::Fallback => prop_assert!(
+                            (std::cmp::Reverse(a.cost.tokens), a.domain)
+                                < (std::cmp::Reverse(b.cost.tokens), b.domain)
+                        ),
+                        Reason::Search => prop_assert!((a.score, a.domain) < (b.score, b.domain)),
+                        _ => prop_assert!(pair[0] < pair[1], "sticky: earliest joined first"),
+                    }
+                }
+            }
+        }
+    }
+}

@@ -32,16 +32,20 @@ pub async fn serve(config: &Config, messages: Vec<String>) -> toolrouter::Result
     };
     let real = ToolRouterService::new(state.clone(), limits);
     let mut answers = Vec::new();
-    for message in messages {
-        let req = Request::new(proto::RouteRequest {
-            message: message.clone(),
-            ..proto::RouteRequest::default()
-        });
-        let answer = real
-            .route(req)
-            .await
-            .map_err(|s| Error::Config(format!("the daemon refuses {message:?}: {}", s.message())))?;
-        answers.push((message, answer.into_inner()));
+    // Native answers, and the OpenAI chat format's (`tools_json`), for the same messages.
+    for format in [proto::Format::Unspecified, proto::Format::OpenaiChat] {
+        for message in &messages {
+            let req = Request::new(proto::RouteRequest {
+                message: message.clone(),
+                format: format.into(),
+                ..proto::RouteRequest::default()
+            });
+            let answer = real
+                .route(req)
+                .await
+                .map_err(|s| Error::Config(format!("the daemon refuses {message:?}: {}", s.message())))?;
+            answers.push(((i32::from(format), message.clone()), answer.into_inner()));
+        }
     }
     state.close().await;
     let baseline = BaselineService::from_answers(answers)
@@ -76,14 +80,15 @@ pub async fn serve(config: &Config, messages: Vec<String>) -> toolrouter::Result
 /// A `ToolRouter` whose `Route` returns prebuilt answers; every other RPC is unimplemented.
 #[derive(Clone)]
 pub struct BaselineService {
-    by_message: Arc<HashMap<String, proto::RouteResponse>>,
+    /// By (requested format, message).
+    by_message: Arc<HashMap<(i32, String), proto::RouteResponse>>,
     response: Arc<proto::RouteResponse>,
 }
 
 impl BaselineService {
     /// Prebuilds the answers: the daemon's answer per message, and as the default the one
     /// whose encoded size is closest to their mean.
-    pub fn from_answers(answers: Vec<(String, proto::RouteResponse)>) -> Option<BaselineService> {
+    pub fn from_answers(answers: Vec<((i32, String), proto::RouteResponse)>) -> Option<BaselineService> {
         let n = answers.len();
         let mean = answers
             .iter()
@@ -117,9 +122,10 @@ impl ToolRouter for BaselineService {
         &self,
         request: Request<proto::RouteRequest>,
     ) -> Result<Response<proto::RouteResponse>, Status> {
+        let r = request.into_inner();
         let prebuilt = self
             .by_message
-            .get(&request.get_ref().message)
+            .get(&(r.format, r.message))
             .unwrap_or(&self.response);
         Ok(Response::new(prebuilt.clone()))
     }

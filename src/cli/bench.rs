@@ -40,6 +40,10 @@ pub enum BenchCommand {
         /// Which calls to send: `route` (throughput) or `mixed` (the soak).
         #[arg(long, value_enum, default_value = "route")]
         mix: Mix,
+        /// Ask `Route` for the tools in this provider format (`tools_json`) instead of native
+        /// `Tool` messages: openai_chat, openai_responses, anthropic, gemini or mcp.
+        #[arg(long, value_parser = super::client::parse_format)]
+        format: Option<proto::Format>,
     },
 }
 
@@ -50,12 +54,14 @@ pub(super) async fn bench(command: BenchCommand) -> Result<(), Failure> {
         concurrency,
         messages,
         mix,
+        format,
     } = command;
     if concurrency == 0 {
         return Err(Failure::config("--concurrency must be at least 1"));
     }
     let messages = read_messages(&messages)?;
-    let r = run(&conn, duration, concurrency, messages, mix).await?;
+    let format = i32::from(format.unwrap_or_default());
+    let r = run(&conn, duration, concurrency, messages, (mix, format)).await?;
     out!(
         "{:.0} requests/s, p50 {} µs, p99 {} µs, p99.9 {} µs, {} errors ({} ok, {} refused as specified, concurrency {}, {:.1} s)",
         r.requests_per_sec,
@@ -195,7 +201,7 @@ fn outcome<T>(result: Result<tonic::Response<T>, tonic::Status>, valid: impl FnO
 /// One call of the mix, chosen by the worker's call counter.
 async fn call(
     client: &mut Client,
-    mix: Mix,
+    (mix, format): (Mix, i32),
     worker: usize,
     n: usize,
     message: String,
@@ -216,12 +222,15 @@ async fn call(
                 .route(RouteRequest {
                     message,
                     conversation_id,
+                    format,
                     ..RouteRequest::default()
                 })
                 .await;
             (
                 "Route",
-                outcome(r, |r| !r.tools.is_empty() || !r.domains.is_empty()),
+                outcome(r, |r| {
+                    !r.tools.is_empty() || !r.tools_json.is_empty() || !r.domains.is_empty()
+                }),
             )
         }
         (Mix::Mixed, 0..=3) => {
@@ -230,6 +239,7 @@ async fn call(
                 .load_tool_group(proto::LoadToolGroupRequest {
                     conversation_id: conversation(),
                     group_name,
+                    format: 0,
                 })
                 .await;
             let o = match r {
@@ -264,11 +274,11 @@ async fn run(
     duration: Duration,
     concurrency: usize,
     messages: Vec<String>,
-    mix: Mix,
+    mix: (Mix, i32),
 ) -> crate::Result<Report> {
     let client = conn.client().await?.max_decoding_message_size(64 << 20);
     // Every non-core group, for LoadToolGroup.
-    let groups: Vec<String> = if mix == Mix::Mixed {
+    let groups: Vec<String> = if mix.0 == Mix::Mixed {
         let mut c = client.clone();
         let all = c
             .list_groups(proto::ListGroupsRequest {})

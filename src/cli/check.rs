@@ -99,20 +99,31 @@ pub(super) fn check(dirs: &[PathBuf], as_json: bool) -> Result<(), Failure> {
         Err(e) => return Err(e.into()),
     };
     let keywords = registry.keywords().count();
-    // About four characters per token, over what a provider is sent for each tool.
-    let chars: usize = registry
-        .domains()
-        .iter()
-        .flat_map(|d| &d.tools)
-        .map(|t| t.name.len() + t.description.len() + t.input_schema_json.len())
-        .sum();
+    // Exact o200k_base counts of each tool as the OpenAI chat format renders it (SPEC §9).
+    let renders = crate::render::Renders::new(&registry);
+    let per_domain: Vec<(&str, usize, u32)> = registry
+        .domain_ids()
+        .map(|d| {
+            let domain = registry.domain(d);
+            (
+                domain.name.as_str(),
+                domain.tools.len(),
+                renders.domain_tokens(&registry, d),
+            )
+        })
+        .collect();
+    let total: u64 = per_domain.iter().map(|(_, _, t)| u64::from(*t)).sum();
     if as_json {
         print_json(&json!({
             "ok": true,
             "domains": registry.domains().len(),
             "tools": registry.tool_count(),
             "keywords": keywords,
-            "schemaTokens": chars / 4,
+            "schemaTokens": total,
+            "domainTokens": per_domain
+                .iter()
+                .map(|(name, tools, tokens)| json!({"domain": name, "tools": tools, "tokens": tokens}))
+                .collect::<Vec<_>>(),
             // 64-bit, so a string as in the RPCs' JSON.
             "registryVersion": registry.version().to_string(),
             "errors": [],
@@ -120,12 +131,17 @@ pub(super) fn check(dirs: &[PathBuf], as_json: bool) -> Result<(), Failure> {
         }));
         return Ok(());
     }
+    let rows: Vec<Vec<String>> = per_domain
+        .iter()
+        .map(|(name, tools, tokens)| vec![name.to_string(), tools.to_string(), tokens.to_string()])
+        .collect();
+    print_table(&["DOMAIN", "TOOLS", "TOKENS"], &rows);
     out!(
-        "ok: {} domains, {} tools, {} keywords, ~{} schema tokens",
+        "\nok: {} domains, {} tools, {} keywords, {} schema tokens (o200k_base, OpenAI chat format)",
         registry.domains().len(),
         registry.tool_count(),
         keywords,
-        chars / 4
+        total
     );
     Ok(())
 }

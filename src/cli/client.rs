@@ -171,21 +171,52 @@ fn reason_name(r: i32) -> &'static str {
     }
 }
 
-pub(super) async fn route(
-    args: &ClientArgs,
-    message: String,
-    conversation: Option<String>,
-    dry_run: bool,
-) -> Result<(), Failure> {
+/// A `Format` named as the CLI spells it (`openai_chat`, `anthropic`, ...).
+pub(super) fn parse_format(s: &str) -> Result<proto::Format, String> {
+    crate::render::Format::parse(s)
+        .map(|f| match f {
+            crate::render::Format::OpenAiChat => proto::Format::OpenaiChat,
+            crate::render::Format::OpenAiResponses => proto::Format::OpenaiResponses,
+            crate::render::Format::Anthropic => proto::Format::Anthropic,
+            crate::render::Format::Gemini => proto::Format::Gemini,
+            crate::render::Format::Mcp => proto::Format::Mcp,
+        })
+        .ok_or_else(|| {
+            let names: Vec<&str> = crate::render::Format::ALL.iter().map(|f| f.as_str()).collect();
+            format!("{s:?} is not a format; one of {}", names.join(", "))
+        })
+}
+
+/// What `route` asks beyond the message.
+#[derive(Debug, Default)]
+pub(super) struct RouteArgs {
+    pub(super) conversation: Option<String>,
+    pub(super) dry_run: bool,
+    pub(super) format: Option<proto::Format>,
+    pub(super) max_tools: Option<u32>,
+    pub(super) token_budget: Option<u32>,
+}
+
+pub(super) async fn route(args: &ClientArgs, message: String, route: RouteArgs) -> Result<(), Failure> {
     let request = proto::RouteRequest {
         message,
-        conversation_id: conversation.unwrap_or_default(),
-        dry_run,
+        conversation_id: route.conversation.unwrap_or_default(),
+        dry_run: route.dry_run,
+        format: route.format.unwrap_or_default().into(),
+        max_tools: route.max_tools.unwrap_or_default(),
+        token_budget: route.token_budget.unwrap_or_default(),
+        include_prompt_section: false,
+    };
+    // With a format, the answer is the JSON a backend sends the provider: print exactly that.
+    let render: fn(&proto::RouteResponse) = if route.format.is_some() {
+        |r| out!("{}", String::from_utf8_lossy(&r.tools_json))
+    } else {
+        render_route
     };
     exchange(
         args,
         |mut c: Client| async move { c.route(request).await },
-        render_route,
+        render,
     )
     .await
     .map(drop)
@@ -207,10 +238,11 @@ fn render_route(r: &proto::RouteResponse) {
                 reason_name(d.reason).to_string(),
                 matched,
                 n.to_string(),
+                d.tokens.to_string(),
             ]
         })
         .collect();
-    print_table(&["DOMAIN", "REASON", "MATCHED", "TOOLS"], &rows);
+    print_table(&["DOMAIN", "REASON", "MATCHED", "TOOLS", "TOKENS"], &rows);
     let meta: Vec<&str> = r
         .tools
         .iter()
@@ -218,16 +250,33 @@ fn render_route(r: &proto::RouteResponse) {
         .map(|t| t.name.as_str())
         .collect();
     out!(
-        "\n{} tools{}; fallback: {}; registry version {:016x}",
+        "\n{} tools{}, {} tokens; fallback: {}; registry version {:016x}",
         r.tools.len(),
         if meta.is_empty() {
             String::new()
         } else {
             format!(" (including {})", meta.join(" and "))
         },
+        r.tokens,
         if r.fallback { "yes" } else { "no" },
         r.registry_version
     );
+    if !r.dropped.is_empty() {
+        let dropped: Vec<String> = r
+            .dropped
+            .iter()
+            .map(|d| {
+                format!(
+                    "{} ({}, {} tools, {} tokens)",
+                    d.domain,
+                    reason_name(d.reason),
+                    d.tools,
+                    d.tokens
+                )
+            })
+            .collect();
+        out!("over budget, left out: {}", dropped.join(", "));
+    }
 }
 
 pub(super) async fn search(
@@ -238,6 +287,7 @@ pub(super) async fn search(
     load: bool,
 ) -> Result<(), Failure> {
     let request = proto::SearchToolsRequest {
+        format: 0,
         query,
         limit,
         conversation_id: conversation.unwrap_or_default(),
@@ -310,6 +360,7 @@ pub(super) async fn groups(args: &ClientArgs) -> Result<(), Failure> {
 
 pub(super) async fn load(args: &ClientArgs, group: String, conversation: String) -> Result<(), Failure> {
     let request = proto::LoadToolGroupRequest {
+        format: 0,
         conversation_id: conversation,
         group_name: group,
     };
@@ -345,7 +396,7 @@ pub(super) async fn tools(args: &ClientArgs) -> Result<(), Failure> {
     };
     exchange(
         args,
-        |mut c: Client| async move { c.list_all_tools(proto::ListAllToolsRequest {}).await },
+        |mut c: Client| async move { c.list_all_tools(proto::ListAllToolsRequest::default()).await },
         render,
     )
     .await

@@ -67,6 +67,16 @@ pub enum Command {
         /// Compute the answer but record nothing about the conversation.
         #[arg(long)]
         dry_run: bool,
+        /// Print the tools as the JSON array a provider takes: openai_chat,
+        /// openai_responses, anthropic, gemini or mcp.
+        #[arg(long, value_parser = client::parse_format)]
+        format: Option<crate::proto::Format>,
+        /// At most this many tools [default: the daemon's --max-tools].
+        #[arg(long)]
+        max_tools: Option<u32>,
+        /// At most this many tokens [default: the daemon's --token-budget].
+        #[arg(long)]
+        token_budget: Option<u32>,
         /// Connection and output options.
         #[command(flatten)]
         client: ClientArgs,
@@ -251,8 +261,20 @@ pub async fn run(cli: Cli) -> ExitCode {
             message,
             conversation,
             dry_run,
+            format,
+            max_tools,
+            token_budget,
             client,
-        } => client::route(&client, message, conversation, dry_run).await,
+        } => {
+            let route = client::RouteArgs {
+                conversation,
+                dry_run,
+                format,
+                max_tools,
+                token_budget,
+            };
+            client::route(&client, message, route).await
+        }
         Command::Search {
             query,
             limit,

@@ -172,6 +172,13 @@ serve_args! {
     /// Largest accepted message in bytes [default: 65536].
     #[arg(long, env = "TOOLROUTER_MAX_MESSAGE_BYTES")]
     max_message_bytes: Option<usize>,
+    /// At most this many tools in a `Route` answer (0: no limit); whole domains are dropped
+    /// to fit, fallback ones first [default: 128].
+    #[arg(long, env = "TOOLROUTER_MAX_TOOLS")]
+    max_tools: Option<u32>,
+    /// At most this many tokens (o200k_base) of tools in a `Route` answer [default: none].
+    #[arg(long, env = "TOOLROUTER_TOKEN_BUDGET")]
+    token_budget: Option<u32>,
     /// Log format [default: text].
     #[arg(long, env = "TOOLROUTER_LOG_FORMAT", value_enum)]
     log_format: Option<LogFormatArg>,
@@ -257,6 +264,9 @@ pub(super) async fn serve(args: &ServeArgs) -> Result<(), Failure> {
         return Ok(());
     }
     init_tracing(config.log_format);
+    // The token counter's tables take about 70 ms to build: build them while the manifests
+    // are read, not after.
+    std::thread::spawn(crate::render::warm_up);
     let registry = Registry::load(&config.manifests)?;
     tracing::info!(
         listen = %config.listen,

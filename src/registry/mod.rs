@@ -23,7 +23,7 @@ pub struct KeywordId(usize);
 
 impl DomainId {
     /// The domain at this position of [`Registry::domains`].
-    pub(crate) fn at(index: usize) -> DomainId {
+    pub fn at(index: usize) -> DomainId {
         DomainId(index)
     }
 

@@ -5,6 +5,7 @@
 use std::ops::Range;
 
 mod activation;
+pub mod budget;
 mod conversation;
 
 pub use activation::{Activation, Snapshot};

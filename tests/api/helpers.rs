@@ -141,6 +141,7 @@ pub fn load_request(conversation: &str, group: &str) -> LoadToolGroupRequest {
     LoadToolGroupRequest {
         conversation_id: conversation.into(),
         group_name: group.into(),
+        ..Default::default()
     }
 }
 
@@ -401,7 +402,27 @@ impl TestApp {
     }
 
     pub async fn list_all_tools(&mut self) -> Result<ListAllToolsResponse, Status> {
-        inner(self.client.list_all_tools(ListAllToolsRequest {}).await)
+        self.list_all_tools_with(ListAllToolsRequest::default()).await
+    }
+
+    pub async fn list_all_tools_with(
+        &mut self,
+        request: ListAllToolsRequest,
+    ) -> Result<ListAllToolsResponse, Status> {
+        inner(self.client.list_all_tools(request).await)
+    }
+
+    /// A `Route` call as given.
+    pub async fn route_with(&mut self, request: RouteRequest) -> Result<RouteResponse, Status> {
+        inner(self.client.route(request).await)
+    }
+
+    /// A `LoadToolGroup` call as given.
+    pub async fn load_with(
+        &mut self,
+        request: LoadToolGroupRequest,
+    ) -> Result<LoadToolGroupResponse, Status> {
+        inner(self.client.load_tool_group(request).await)
     }
 
     pub async fn invalidate(&mut self) -> Result<InvalidateSettingsResponse, Status> {

@@ -3,6 +3,7 @@
 mod cli;
 mod conversations;
 mod faults;
+mod formats;
 mod helpers;
 mod listing;
 mod load;

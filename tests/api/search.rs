@@ -71,6 +71,7 @@ async fn load_puts_the_top_groups_into_the_conversation_before_answering() {
             limit: 20,
             conversation_id: "s1".into(),
             load: true,
+            ..Default::default()
         })
         .await
         .unwrap();
