@@ -5,8 +5,12 @@
 # at concurrency 1 and 16, so drift on a shared machine hits both alike; medians are
 # reported. Then the daemon's start-up time (process start to health SERVING) and peak RSS.
 #
-# Usage: benches/grpc.sh [workload] [duration] [rounds]
+# Usage: [FORMAT=F] [DAEMON_FLAGS='...'] [DAEMON_BIN=path] benches/grpc.sh [workload] [duration] [rounds]
 #   workload: demo (default), seal or scale-N; duration per run (default 10s); rounds (3)
+#   FORMAT: ask Route for tools_json in this format (openai_chat, ...; default: native)
+#   DAEMON_FLAGS: flags for both servers' routing, e.g. '--search off --max-tools 0'
+#   BASELINE_FLAGS: the floor's flags when they must differ (default: DAEMON_FLAGS)
+#   DAEMON_BIN: another daemon binary to measure (e.g. an older build) against the same floor
 set -euo pipefail
 cd "$(dirname "$0")/.."
 workload=${1:-demo}
@@ -15,6 +19,10 @@ rounds=${3:-3}
 bin=target/release/toolrouter
 tools=target/release/toolrouter-bench
 cargo build --release --quiet
+daemon_bin=${DAEMON_BIN:-$bin}
+read -r -a extra <<< "${DAEMON_FLAGS:-}"
+read -r -a baseline_extra <<< "${BASELINE_FLAGS:-${DAEMON_FLAGS:-}}"
+format=(); [ -n "${FORMAT:-}" ] && format=(--format "$FORMAT")
 tmp=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$tmp"' EXIT
 "$tools" export "$workload" --out "$tmp" --eval "${TOOLROUTER_EVAL_DIR:-../shared/eval}" >&2
@@ -29,10 +37,10 @@ wait_ready() { # port start_ns -> prints milliseconds from start until health is
 daemon_port=$((50100 + RANDOM % 500))
 baseline_port=$((daemon_port + 500))
 start=$(date +%s%N)
-taskset -c 0 "$bin" serve --listen "127.0.0.1:$daemon_port" "${flags[@]}" 2>"$tmp/daemon.log" &
+taskset -c 0 "$daemon_bin" serve --listen "127.0.0.1:$daemon_port" "${flags[@]}" "${extra[@]}" 2>"$tmp/daemon.log" &
 daemon_pid=$!
 ready_ms=$(wait_ready $daemon_port "$start")
-taskset -c 0 "$tools" baseline-server --listen "127.0.0.1:$baseline_port" "${flags[@]}" \
+taskset -c 0 "$tools" baseline-server --listen "127.0.0.1:$baseline_port" "${flags[@]}" "${baseline_extra[@]}" \
   --messages "$tmp/messages.jsonl" 2>"$tmp/baseline.log" &
 baseline_pid=$!
 wait_ready $baseline_port "$(date +%s%N)" >/dev/null
@@ -42,7 +50,7 @@ for round in $(seq "$rounds"); do
     for server in daemon baseline; do
       port=$daemon_port; [ $server = baseline ] && port=$baseline_port
       line=$(taskset -c 1 "$bin" bench grpc --addr "http://127.0.0.1:$port" --duration "$duration" \
-        --concurrency "$c" --messages "$tmp/messages.jsonl" | tail -n 1)
+        --concurrency "$c" --messages "$tmp/messages.jsonl" "${format[@]}" | tail -n 1)
       echo "round $round $server concurrency $c: $line"
       echo "$server $c $line" >> "$tmp/results"
     done

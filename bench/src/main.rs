@@ -55,6 +55,13 @@ enum Command {
         /// Log format.
         #[arg(long, value_enum, default_value = "text")]
         log_format: LogFormatArg,
+        /// As the daemon's `--search`, so the prebuilt answers are the daemon's [default:
+        /// augment].
+        #[arg(long)]
+        search: Option<toolrouter::search::SearchMode>,
+        /// As the daemon's `--max-tools` [default: 128; 0: no limit].
+        #[arg(long)]
+        max_tools: Option<u32>,
     },
     /// Flip settings in the database for a while, as a busy settings UI would: each tick sets
     /// or clears one settings key of the registry. Exits 1 if any write failed.
@@ -94,6 +101,8 @@ async fn run(command: Command) -> toolrouter::Result<()> {
             manifests,
             messages,
             log_format,
+            search,
+            max_tools,
         } => {
             let defaults = Config::default();
             let config = Config {
@@ -101,6 +110,8 @@ async fn run(command: Command) -> toolrouter::Result<()> {
                 database,
                 manifests,
                 log_format: log_format.into(),
+                search: search.unwrap_or(defaults.search),
+                max_tools: max_tools.unwrap_or(defaults.max_tools),
                 ..defaults
             };
             config.validate()?;
