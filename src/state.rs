@@ -154,6 +154,18 @@ pub struct Searched {
     pub loaded: Vec<crate::registry::DomainId>,
 }
 
+/// Builds the search index and the renders (with their token counts) of a registry, side by
+/// side: both are pure and take tens of milliseconds on a large registry.
+fn index_and_renders(registry: &Registry) -> (SearchIndex, Renders) {
+    std::thread::scope(|s| {
+        let renders = s.spawn(|| Renders::new(registry));
+        let index = SearchIndex::new(registry);
+        // A panic while rendering is a bug; it goes on as this thread's panic.
+        let renders = renders.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+        (index, renders)
+    })
+}
+
 /// The most domains one `SearchTools` call loads into a conversation (SPEC §5).
 pub(crate) const MAX_SEARCH_LOADS: usize = 3;
 
@@ -227,8 +239,8 @@ impl State {
         let snapshot = settings.get().await;
         let registry = Arc::new(registry);
         let matcher = Arc::new(Matcher::new(registry.keywords(), config.keyword_match)?);
-        let index = Arc::new(SearchIndex::new(&registry));
-        let renders = Arc::new(Renders::new(&registry));
+        let (index, renders) = index_and_renders(&registry);
+        let (index, renders) = (Arc::new(index), Arc::new(renders));
         let options = config.routing();
         let view = View::new(registry, matcher, index, renders, snapshot, &options);
         Ok(State {
@@ -481,8 +493,7 @@ impl State {
         let dirs = self.inner.manifests.clone();
         let loaded = tokio::task::spawn_blocking(move || {
             Registry::load(&dirs).map(|r| {
-                let index = SearchIndex::new(&r);
-                let renders = Renders::new(&r);
+                let (index, renders) = index_and_renders(&r);
                 (r, index, renders)
             })
         })
