@@ -300,19 +300,25 @@ pub(super) async fn serve(args: &ServeArgs) -> Result<(), Failure> {
 
 /// Reloads the registry on each SIGHUP; a failed reload is logged and the old one serves on.
 #[cfg(unix)]
-async fn reload_on_sighup(state: State) {
+fn reload_on_sighup(state: State) -> impl std::future::Future<Output = ()> {
     use tokio::signal::unix::{SignalKind, signal};
-    let mut hup = match signal(SignalKind::hangup()) {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::error!(error = %e, "cannot listen for SIGHUP; reload with the ReloadRegistry call");
-            return;
-        }
-    };
-    while hup.recv().await.is_some() {
-        tracing::info!("SIGHUP: reloading the registry");
-        if let Err(e) = state.reload().await {
-            tracing::error!(error = %e, "registry reload failed; the previous registry serves on");
+    // Registered here, before the caller spawns the loop and the daemon says it is serving:
+    // registering inside the task would leave a window in which a SIGHUP still has its default
+    // action and ends the process.
+    let hup = signal(SignalKind::hangup());
+    async move {
+        let mut hup = match hup {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot listen for SIGHUP; reload with the ReloadRegistry call");
+                return;
+            }
+        };
+        while hup.recv().await.is_some() {
+            tracing::info!("SIGHUP: reloading the registry");
+            if let Err(e) = state.reload().await {
+                tracing::error!(error = %e, "registry reload failed; the previous registry serves on");
+            }
         }
     }
 }
