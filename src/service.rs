@@ -197,6 +197,15 @@ impl ToolRouter for ToolRouterService {
             "routed"
         );
         let registry = &view.registry;
+        let rendered = view.rendered(counted(format));
+        let meta = view.meta_rendered(counted(format));
+        let domain_tokens = |d: DomainId| rendered.tokens(view.renders.domain(d));
+        let tokens = meta.tokens(0..meta.len())
+            + decision
+                .domains
+                .iter()
+                .map(|inc| domain_tokens(inc.domain))
+                .sum::<u32>();
         // For the call log and the metrics (the telemetry layer reads it off the response).
         let summary = CallSummary {
             conversation: conv.map(conversation_hash),
@@ -208,16 +217,8 @@ impl ToolRouter for ToolRouterService {
                 .collect(),
             fallback: Some(decision.fallback),
             group: None,
+            tokens: Some((tokens, counted(format).as_str())),
         };
-        let rendered = view.rendered(counted(format));
-        let meta = view.meta_rendered(counted(format));
-        let domain_tokens = |d: DomainId| rendered.tokens(view.renders.domain(d));
-        let tokens = meta.tokens(0..meta.len())
-            + decision
-                .domains
-                .iter()
-                .map(|inc| domain_tokens(inc.domain))
-                .sum::<u32>();
         let mut tools = Vec::new();
         let mut tools_json = Vec::new();
         if format.is_none() {
@@ -297,6 +298,7 @@ impl ToolRouter for ToolRouterService {
         tracing::debug!(group = %d.name, already_loaded = load.already_loaded, "group loaded");
         let rendered = view.rendered(counted(format));
         let range = view.renders.domain(load.domain);
+        let tokens = rendered.tokens(range.clone());
         let mut response = Response::new(proto::LoadToolGroupResponse {
             group: Some(group(&view, load.domain)),
             tools: if format.is_none() {
@@ -309,7 +311,7 @@ impl ToolRouter for ToolRouterService {
             } else {
                 Vec::new()
             },
-            tokens: rendered.tokens(range),
+            tokens,
             already_loaded: load.already_loaded,
             text: crate::router::load_text(&view.registry, load.domain),
         });
@@ -317,6 +319,7 @@ impl ToolRouter for ToolRouterService {
             conversation: Some(conversation_hash(id)),
             tools: Some(d.tools.len()),
             group: Some(d.name.clone()),
+            tokens: Some((tokens, counted(format).as_str())),
             ..CallSummary::default()
         });
         Ok(response)

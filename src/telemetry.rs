@@ -43,6 +43,9 @@ pub(crate) struct CallSummary {
     pub fallback: Option<bool>,
     /// `LoadToolGroup`: the group loaded.
     pub group: Option<String>,
+    /// `Route`, `LoadToolGroup`: the tokens of the tools sent, and the format they were
+    /// counted in (the requested one; OpenAI chat for native answers).
+    pub tokens: Option<(u32, &'static str)>,
 }
 
 /// A short, stable hash of a conversation id (FNV-1a, 8 hex digits): enough to follow one
@@ -67,6 +70,7 @@ struct MetricsInner {
     requests: IntCounterVec,
     latency: HistogramVec,
     route_domains: IntCounterVec,
+    tokens_sent: IntCounterVec,
     route_fallbacks: IntCounter,
     loads: IntCounterVec,
     settings_age: Gauge,
@@ -117,6 +121,14 @@ impl Metrics {
             ),
             &["domain", "reason"]
         ));
+        let tokens_sent = reg!(IntCounterVec::new(
+            Opts::new(
+                "toolrouter_tokens_sent_total",
+                "o200k_base tokens of the tools sent in Route and LoadToolGroup answers, by method \
+                 and the format they were counted in (OpenAI chat for native answers)."
+            ),
+            &["method", "format"]
+        ));
         let route_fallbacks = reg!(IntCounter::new(
             "toolrouter_route_fallbacks_total",
             "Route answers that were the fallback (nothing routed the message); divide by \
@@ -161,6 +173,7 @@ impl Metrics {
                 requests,
                 latency,
                 route_domains,
+                tokens_sent,
                 route_fallbacks,
                 loads,
                 settings_age,
@@ -181,6 +194,11 @@ impl Metrics {
             m.route_domains
                 .with_label_values(&[domain.as_str(), reason])
                 .inc();
+        }
+        if let Some((tokens, format)) = s.tokens {
+            m.tokens_sent
+                .with_label_values(&[method, format])
+                .inc_by(u64::from(tokens));
         }
         if s.fallback == Some(true) {
             m.route_fallbacks.inc();
@@ -379,6 +397,7 @@ where
                             latency_ms,
                             conversation = s.conversation.as_deref().unwrap_or(""),
                             tools = s.tools.unwrap_or(0),
+                            tokens = s.tokens.map_or(0, |(t, _)| t),
                             domains = %domains,
                             fallback = s.fallback.unwrap_or(false),
                             group = s.group.as_deref().unwrap_or(""),

@@ -269,15 +269,22 @@ async fn each_call_is_logged_once_without_its_text_and_counted_in_the_metrics() 
 
     let mut c = daemon.client().await;
     let secret = "are my torrents seeding for secret-conversation?";
+    // Tokens the answers say they sent: native answers count as OpenAI chat.
+    let mut route_tokens = 0.0;
     for _ in 0..2 {
-        c.route(route_request(secret, "user-42-private")).await.unwrap();
+        let r = c.route(route_request(secret, "user-42-private")).await.unwrap();
+        route_tokens += f64::from(r.into_inner().tokens);
     }
-    c.route(route_request("hello there", "")).await.unwrap();
+    let r = c.route(route_request("hello there", "")).await.unwrap();
+    route_tokens += f64::from(r.into_inner().tokens);
     let too_long = c.route(route_request(&"x".repeat(70_000), "")).await.unwrap_err();
     assert_eq!(too_long.code(), Code::InvalidArgument);
-    c.load_tool_group(load_request("user-42-private", "qbittorrent"))
+    let load = c
+        .load_tool_group(load_request("user-42-private", "qbittorrent"))
         .await
         .unwrap();
+    let load_tokens = f64::from(load.into_inner().tokens);
+    assert!(route_tokens > 0.0 && load_tokens > 0.0);
 
     let after = scrape(&metrics);
     let checks = [
@@ -304,6 +311,14 @@ async fn each_call_is_logged_once_without_its_text_and_counted_in_the_metrics() 
             3.0,
         ),
         (r#"toolrouter_route_fallbacks_total"#, 1.0),
+        (
+            r#"toolrouter_tokens_sent_total{format="openai_chat",method="Route"}"#,
+            route_tokens,
+        ),
+        (
+            r#"toolrouter_tokens_sent_total{format="openai_chat",method="LoadToolGroup"}"#,
+            load_tokens,
+        ),
         (r#"toolrouter_group_loads_total{group="qbittorrent"}"#, 1.0),
         (
             r#"toolrouter_request_duration_seconds_count{method="Route"}"#,
@@ -353,6 +368,11 @@ async fn each_call_is_logged_once_without_its_text_and_counted_in_the_metrics() 
         "{log}"
     );
     assert_eq!(first["fallback"], false, "{first}");
+    let logged_tokens: f64 = calls
+        .iter()
+        .map(|c| c["fields"]["tokens"].as_f64().unwrap())
+        .sum();
+    assert_eq!(logged_tokens, route_tokens, "{log}");
     let failed: Vec<&serde_json::Value> = lines
         .iter()
         .filter(|v| v["fields"]["message"] == "call failed")
