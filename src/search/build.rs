@@ -150,17 +150,13 @@ impl SearchIndex {
         let words = terms.len() as TermId;
         let mut pair_terms: HashMap<(TermId, TermId), TermId, _> = HashMap::default();
         for ((occurrences, _), pairs) in docs.iter_mut().zip(&tool_pairs) {
-            for &(a, b) in pairs {
+            for &pair in pairs {
                 let next = words + pair_terms.len() as TermId;
-                let id = *pair_terms.entry((a, b)).or_insert(next);
-                if id == next {
-                    term_words.push(format!("{} {}", term_words[a as usize], term_words[b as usize]));
-                }
-                occurrences.push((id, PAIRS));
+                occurrences.push((*pair_terms.entry(pair).or_insert(next), PAIRS));
             }
             occurrences.sort_unstable();
         }
-        let term_count = term_words.len();
+        let term_count = words as usize + pair_terms.len();
         domain_start.push(tool_domain.len() as u32);
 
         let n = docs.len().max(1) as f32;
@@ -245,7 +241,6 @@ impl SearchIndex {
             terms,
             surface,
             pair_terms,
-            words,
             term_words,
             post_start,
             post_tool,

@@ -194,11 +194,10 @@ pub struct SearchIndex {
     /// words skip the stemmer.
     surface: HashMap<String, Option<TermId>, foldhash::fast::FixedState>,
     /// Two word terms that follow each other -> their pair term. Pair terms are numbered
-    /// after the `words` word terms.
+    /// after the word terms.
     pair_terms: HashMap<(TermId, TermId), TermId, foldhash::fast::FixedState>,
-    words: TermId,
-    /// What stands for each term: the first word seen, or two for a pair; for explanations
-    /// and suggestions.
+    /// A word that stands for each word term (the first seen), for suggestions; one entry
+    /// per word term, so its length is where pair terms start.
     term_words: Vec<String>,
     /// Posting lists: term `t`'s are `post_tool[post_start[t]..post_start[t + 1]]`, with
     /// their precomputed BM25F weights in `post_weight`.
@@ -364,6 +363,11 @@ impl Scratch {
 }
 
 impl SearchIndex {
+    /// Whether a term is a word pair (pairs explain nothing a word does not).
+    fn is_pair(&self, term: TermId) -> bool {
+        term as usize >= self.term_words.len()
+    }
+
     /// The term of a lowercase word: `Err(true)` for a stop word, `Err(false)` for a word the
     /// index does not have.
     fn term(&self, word: &str) -> Result<TermId, bool> {
@@ -514,7 +518,7 @@ impl SearchIndex {
     fn matched_words(&self, text: &str, terms: &[(TermId, Range<usize>)], tool: u32) -> Vec<String> {
         terms
             .iter()
-            .filter(|(term, _)| *term < self.words && self.has_term(tool, *term))
+            .filter(|(term, _)| !self.is_pair(*term) && self.has_term(tool, *term))
             .map(|(_, span)| {
                 let word = &text[span.clone()];
                 if word.is_ascii() {
@@ -744,7 +748,7 @@ impl SearchIndex {
                     .chain([&domain.name, &domain.display_name])
                     .flat_map(|k| self.analyzer.stems(&analysis::split_identifier(k)))
                     .collect();
-                let mut ranked: Vec<(String, f32)> = (0..self.words)
+                let mut ranked: Vec<(String, f32)> = (0..self.term_words.len() as TermId)
                     .filter_map(|term| {
                         let (posted, _) = self.postings(term);
                         let inside = posted.iter().filter(|t| tools.contains(*t)).count() as f32;
