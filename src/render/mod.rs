@@ -87,41 +87,38 @@ pub fn render(tool: &Tool, format: Format) -> Vec<u8> {
     out
 }
 
+/// Appends `opening` (which ends with the `"name":` key), the tool's name and its
+/// description: how every format starts.
+fn name_and_description(out: &mut Vec<u8>, opening: &[u8], tool: &Tool) {
+    out.extend_from_slice(opening);
+    push_str(out, &tool.name);
+    out.extend_from_slice(br#","description":"#);
+    push_str(out, &tool.description);
+}
+
 fn render_into(out: &mut Vec<u8>, tool: &Tool, format: Format) {
     let schema = tool.input_schema_json.as_bytes();
     match format {
         Format::OpenAiChat => {
-            out.extend_from_slice(br#"{"type":"function","function":{"name":"#);
-            push_str(out, &tool.name);
-            out.extend_from_slice(br#","description":"#);
-            push_str(out, &tool.description);
+            name_and_description(out, br#"{"type":"function","function":{"name":"#, tool);
             out.extend_from_slice(br#","parameters":"#);
             out.extend_from_slice(schema);
             out.extend_from_slice(b"}}");
         }
         Format::OpenAiResponses => {
-            out.extend_from_slice(br#"{"type":"function","name":"#);
-            push_str(out, &tool.name);
-            out.extend_from_slice(br#","description":"#);
-            push_str(out, &tool.description);
+            name_and_description(out, br#"{"type":"function","name":"#, tool);
             out.extend_from_slice(br#","parameters":"#);
             out.extend_from_slice(schema);
             out.extend_from_slice(br#","strict":false}"#);
         }
         Format::Anthropic => {
-            out.extend_from_slice(br#"{"name":"#);
-            push_str(out, &tool.name);
-            out.extend_from_slice(br#","description":"#);
-            push_str(out, &tool.description);
+            name_and_description(out, br#"{"name":"#, tool);
             out.extend_from_slice(br#","input_schema":"#);
             out.extend_from_slice(schema);
             out.push(b'}');
         }
         Format::Gemini => {
-            out.extend_from_slice(br#"{"name":"#);
-            push_str(out, &tool.name);
-            out.extend_from_slice(br#","description":"#);
-            push_str(out, &tool.description);
+            name_and_description(out, br#"{"name":"#, tool);
             // Registry schemas are valid JSON (checked at load); one that were not would
             // only lose its parameters here.
             let parameters = serde_json::from_str::<Value>(&tool.input_schema_json)
@@ -134,10 +131,7 @@ fn render_into(out: &mut Vec<u8>, tool: &Tool, format: Format) {
             out.push(b'}');
         }
         Format::Mcp => {
-            out.extend_from_slice(br#"{"name":"#);
-            push_str(out, &tool.name);
-            out.extend_from_slice(br#","description":"#);
-            push_str(out, &tool.description);
+            name_and_description(out, br#"{"name":"#, tool);
             out.extend_from_slice(br#","inputSchema":"#);
             out.extend_from_slice(schema);
             match tool.tier {
