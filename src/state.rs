@@ -15,8 +15,8 @@ use crate::error::{Error, Result};
 use crate::matcher::{MatchMode, Matcher};
 use crate::registry::{DomainId, Registry};
 use crate::render::{Format, LazyRenders, Rendered, Renders};
-use crate::router::budget::{self, Candidate, Cost, Limits};
-use crate::router::{self, Activation, Decision, Inputs, Load, Mark, Options, Reason, Snapshot};
+use crate::router::budget::{self, Cost, Dropped, Limits};
+use crate::router::{self, Activation, Decision, Inputs, Load, Mark, Options, Snapshot};
 use crate::search::{SearchIndex, ToolMatch};
 use crate::settings::SettingsCache;
 
@@ -106,17 +106,6 @@ pub struct Routed {
     pub decision: Decision,
     /// The domains the budget left out, in the order they were dropped.
     pub dropped: Vec<Dropped>,
-}
-
-/// A domain the budget left out of an answer.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Dropped {
-    /// The domain.
-    pub domain: DomainId,
-    /// Why it would have been in the answer.
-    pub reason: Reason,
-    /// What it would have cost.
-    pub cost: Cost,
 }
 
 /// What a `Route` call asks beyond the message.
@@ -341,36 +330,7 @@ impl State {
                 tools: meta.len() as u64,
                 tokens: u64::from(meta.tokens(0..meta.len())),
             };
-            let candidates: Vec<Candidate> = decision
-                .domains
-                .iter()
-                .map(|inc| Candidate {
-                    domain: inc.domain,
-                    reason: inc.reason,
-                    score: decision.search_hit(inc.domain).map_or(0.0, |h| h.score),
-                    cost: view.domain_cost(inc.domain, format),
-                })
-                .collect();
-            let out = budget::select(fixed, &candidates, limits);
-            if !out.is_empty() {
-                dropped = out
-                    .iter()
-                    .map(|&i| Dropped {
-                        domain: candidates[i].domain,
-                        reason: candidates[i].reason,
-                        cost: candidates[i].cost,
-                    })
-                    .collect();
-                let mut keep = vec![true; candidates.len()];
-                for &i in &out {
-                    keep[i] = false;
-                }
-                let mut i = 0;
-                decision.domains.retain(|_| {
-                    i += 1;
-                    keep[i - 1]
-                });
-            }
+            dropped = budget::fit(&mut decision, fixed, |d| view.domain_cost(d, format), limits);
         }
         Ok(Routed {
             view,

@@ -9,7 +9,7 @@
 
 use std::cmp::Ordering;
 
-use super::Reason;
+use super::{Decision, Reason};
 use crate::registry::DomainId;
 
 /// The limits of one answer; `None` is no limit.
@@ -87,6 +87,55 @@ pub fn select(fixed: Cost, candidates: &[Candidate], limits: Limits) -> Vec<usiz
     dropped
 }
 
+/// A domain the budget left out of an answer.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Dropped {
+    /// The domain.
+    pub domain: DomainId,
+    /// Why it would have been in the answer.
+    pub reason: Reason,
+    /// What it would have cost.
+    pub cost: Cost,
+}
+
+/// Fits a decision to `limits`: removes the domains [`select`] drops from
+/// `decision.domains` and returns them in the order they were dropped. `fixed` is what the
+/// meta-tools cost, `cost` what each domain's tools cost.
+pub fn fit(
+    decision: &mut Decision,
+    fixed: Cost,
+    cost: impl Fn(DomainId) -> Cost,
+    limits: Limits,
+) -> Vec<Dropped> {
+    let candidates: Vec<Candidate> = decision
+        .domains
+        .iter()
+        .map(|inc| Candidate {
+            domain: inc.domain,
+            reason: inc.reason,
+            score: decision.search_hit(inc.domain).map_or(0.0, |h| h.score),
+            cost: cost(inc.domain),
+        })
+        .collect();
+    let out = select(fixed, &candidates, limits);
+    let mut keep = vec![true; candidates.len()];
+    for &i in &out {
+        keep[i] = false;
+    }
+    let mut i = 0;
+    decision.domains.retain(|_| {
+        i += 1;
+        keep[i - 1]
+    });
+    out.iter()
+        .map(|&i| Dropped {
+            domain: candidates[i].domain,
+            reason: candidates[i].reason,
+            cost: candidates[i].cost,
+        })
+        .collect()
+}
+
 /// Which of two droppable domains goes first. Ties that remain (equal reasons, tokens,
 /// scores and names cannot happen within one answer) fall back to answer position.
 fn drop_order(a: &Candidate, ia: usize, b: &Candidate, ib: usize) -> Ordering {
@@ -156,5 +205,49 @@ mod tests {
             },
         );
         assert_eq!(some, vec![8, 7, 6], "stops as soon as it fits");
+    }
+
+    #[test]
+    fn fit_removes_exactly_the_dropped_domains_and_keeps_the_order_of_the_rest() {
+        let included = |d: usize, reason: Reason| super::super::Included {
+            domain: DomainId::at(d),
+            reason,
+            matched: 0..0,
+        };
+        let mut decision = Decision {
+            meta_tool: true,
+            search_tool: false,
+            domains: vec![
+                included(0, Reason::Core),
+                included(3, Reason::Fallback),
+                included(1, Reason::Keyword),
+                included(2, Reason::Fallback),
+            ],
+            keywords: Vec::new(),
+            search: Vec::new(),
+            fallback: false,
+            new_hits: Vec::new(),
+        };
+        // Domain d has d + 1 tools of 10 tokens each.
+        let cost = |d: DomainId| Cost {
+            tools: d.index() as u64 + 1,
+            tokens: 10 * (d.index() as u64 + 1),
+        };
+        // 11 tools in all; dropping the fallback domain with the most tokens (3) leaves 7.
+        let limits = Limits {
+            max_tools: Some(7),
+            token_budget: None,
+        };
+        let dropped = fit(&mut decision, Cost { tools: 1, tokens: 5 }, cost, limits);
+        assert_eq!(
+            dropped,
+            vec![Dropped {
+                domain: DomainId::at(3),
+                reason: Reason::Fallback,
+                cost: Cost { tools: 4, tokens: 40 },
+            }]
+        );
+        let left: Vec<usize> = decision.domains.iter().map(|i| i.domain.index()).collect();
+        assert_eq!(left, vec![0, 1, 2]);
     }
 }
