@@ -206,10 +206,11 @@ impl ToolRouter for ToolRouterService {
                 .iter()
                 .map(|inc| domain_tokens(inc.domain))
                 .sum::<u32>();
+        let tool_count = decision.tool_count(registry, &view.activation);
         // For the call log and the metrics (the telemetry layer reads it off the response).
         let summary = CallSummary {
             conversation: conv.map(conversation_hash),
-            tools: Some(decision.tool_count(registry, &view.activation)),
+            tools: Some(tool_count),
             domains: decision
                 .domains
                 .iter()
@@ -222,7 +223,7 @@ impl ToolRouter for ToolRouterService {
         let mut tools = Vec::new();
         let mut tools_json = Vec::new();
         if format.is_none() {
-            tools.reserve_exact(decision.tool_count(registry, &view.activation));
+            tools.reserve_exact(tool_count);
             tools.extend(
                 decision
                     .tools(registry, &view.activation)
