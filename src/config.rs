@@ -3,6 +3,7 @@
 //! the defaults and the TOML layer, both ways: read from `--config`, printed by
 //! `--print-config` and `DescribeServer`.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -11,7 +12,8 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::error::{Error, Result};
 use crate::matcher::MatchMode;
-use crate::router::FallbackPolicy;
+use crate::registry::Tier;
+use crate::router::{FallbackPolicy, Patterns, Profile, Profiles};
 use crate::search::{self, SearchMode};
 
 /// The default `max_tools`: OpenAI's limit on tools per request.
@@ -105,6 +107,46 @@ pub struct Config {
     /// HTTP/2 preface at once; a socket that sends nothing only holds a file descriptor).
     #[serde(with = "duration")]
     pub handshake_timeout: Duration,
+    /// What each kind of consumer may see (SPEC §10), by profile name: `[profiles.NAME]`.
+    pub profiles: BTreeMap<String, ProfileConfig>,
+    /// Auth tokens bound to a profile (`[tokens]`: token = "profile"): a call with one of
+    /// them is authenticated and sees only its profile. Secrets: never serialised.
+    #[serde(skip_serializing)]
+    pub tokens: BTreeMap<String, String>,
+}
+
+/// A `[profiles.NAME]` table (SPEC §10): glob patterns on domain and tool names (deny wins;
+/// no allow pattern allows everything), the highest tier shown, and optional budget limits.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ProfileConfig {
+    /// Domains the profile may see (all when empty).
+    pub allow_domains: Vec<String>,
+    /// Domains it never sees.
+    pub deny_domains: Vec<String>,
+    /// Tools it may see (all when empty).
+    pub allow_tools: Vec<String>,
+    /// Tools it never sees.
+    pub deny_tools: Vec<String>,
+    /// The highest tier it sees: `read` < `modify` < `destructive` (the default; tools
+    /// without a tier count as destructive).
+    pub max_tier: Option<TierName>,
+    /// Its `max_tools` for `Route` (requests may ask for fewer).
+    pub max_tools: Option<u32>,
+    /// Its token budget for `Route` (requests may ask for less).
+    pub token_budget: Option<u32>,
+}
+
+/// A tier as a profile names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TierName {
+    /// Only reading tools.
+    Read,
+    /// Reading and modifying tools.
+    Modify,
+    /// Every tool.
+    Destructive,
 }
 
 impl Default for Config {
@@ -139,6 +181,8 @@ impl Default for Config {
             conversation_cache_bytes: crate::conversations::DEFAULT_CACHE_BYTES,
             listen_backlog: 1024,
             handshake_timeout: Duration::from_secs(10),
+            profiles: BTreeMap::new(),
+            tokens: BTreeMap::new(),
         }
     }
 }
@@ -212,9 +256,48 @@ impl Config {
         if self.auth_token.is_some() {
             out.push_str("# auth_token is set (not printed)\n");
         }
+        if !self.tokens.is_empty() {
+            out.push_str(&format!(
+                "# {} auth token(s) bound to profiles (not printed)\n",
+                self.tokens.len()
+            ));
+        }
         // Printed with `println!`-style line ends by its callers.
         out.truncate(out.trim_end().len());
         out
+    }
+
+    /// Whether calls need an auth token (`auth_token` or a token bound to a profile).
+    pub fn authenticates(&self) -> bool {
+        self.auth_token.is_some() || !self.tokens.is_empty()
+    }
+
+    /// The profiles, compiled.
+    ///
+    /// # Errors
+    /// `Config` naming the profile, the key and the pattern that is not a glob.
+    pub fn profiles(&self) -> Result<Profiles> {
+        let mut out = Vec::with_capacity(self.profiles.len());
+        for (name, p) in &self.profiles {
+            let compile = |key: &str, patterns: &[String]| {
+                Patterns::new(patterns).map_err(|e| Error::Config(format!("profile `{name}`: {key}: {e}")))
+            };
+            out.push(Profile {
+                name: name.clone(),
+                allow_domains: compile("allow_domains", &p.allow_domains)?,
+                deny_domains: compile("deny_domains", &p.deny_domains)?,
+                allow_tools: compile("allow_tools", &p.allow_tools)?,
+                deny_tools: compile("deny_tools", &p.deny_tools)?,
+                max_tier: match p.max_tier {
+                    Some(TierName::Read) => Tier::Read,
+                    Some(TierName::Modify) => Tier::Modify,
+                    Some(TierName::Destructive) | None => Tier::Destructive,
+                },
+                max_tools: p.max_tools,
+                token_budget: p.token_budget,
+            });
+        }
+        Ok(Profiles::new(out))
     }
 
     /// Checks what cannot be expressed in types: a safe listening address, TLS files in
@@ -228,7 +311,18 @@ impl Config {
                 "the auth token is empty; give a token or leave it unset".into(),
             ));
         }
-        if !self.listen.ip().is_loopback() && self.auth_token.is_none() && !self.allow_unauthenticated {
+        for (token, profile) in &self.tokens {
+            if token.trim().is_empty() {
+                return Err(Error::Config("a token in [tokens] is empty".into()));
+            }
+            if !self.profiles.contains_key(profile) {
+                return Err(Error::Config(format!(
+                    "a token in [tokens] is bound to profile `{profile}`, which [profiles] does not define"
+                )));
+            }
+        }
+        self.profiles()?;
+        if !self.listen.ip().is_loopback() && !self.authenticates() && !self.allow_unauthenticated {
             return Err(Error::Config(format!(
                 "refusing to listen on {} (not loopback) without an auth token: set --auth-token \
                  (TOOLROUTER_AUTH_TOKEN), or pass --allow-unauthenticated to accept anyone who can reach it",

@@ -126,6 +126,25 @@ pub enum Error {
         /// The group.
         group: String,
     },
+    /// The request names a profile the daemon does not have.
+    #[error("Unknown profile '{}'. Profiles: {}.", echo(name), if known.is_empty() { "none configured".to_string() } else { known.join(", ") })]
+    UnknownProfile {
+        /// The name asked for.
+        name: String,
+        /// The daemon's profiles, by name.
+        known: Vec<String>,
+    },
+    /// The request names a profile other than the one its auth token is bound to.
+    #[error(
+        "This auth token is bound to profile '{bound}'; it cannot use profile '{}'.",
+        echo(named)
+    )]
+    ProfileNotAllowed {
+        /// The profile the request named.
+        named: String,
+        /// The profile the token is bound to.
+        bound: String,
+    },
     /// A dependency (the database, a daemon) cannot be used right now; retrying later may work.
     #[error("{0}")]
     Unavailable(String),
@@ -223,7 +242,9 @@ impl From<Error> for tonic::Status {
             | Error::MessageTooLong { .. }
             | Error::NameTooLong { .. }
             | Error::ControlCharacters { .. }
-            | Error::UnknownEnumValue { .. } => Status::invalid_argument(err.to_string()),
+            | Error::UnknownEnumValue { .. }
+            | Error::UnknownProfile { .. } => Status::invalid_argument(err.to_string()),
+            Error::ProfileNotAllowed { .. } => Status::permission_denied(err.to_string()),
             // The caller sent bytes that are not its request message: its mistake, not ours.
             Error::Decode(_) => {
                 tracing::warn!(error = %err, "request refused: not decodable");

@@ -37,8 +37,15 @@ pub(crate) struct Guard {
     policy: Arc<Policy>,
 }
 
+/// The profile a call's auth token is bound to (SPEC §10), in its request extensions.
+#[derive(Debug, Clone)]
+pub(crate) struct BoundProfile(pub Arc<str>);
+
 struct Policy {
+    /// `auth_token`, bound to no profile.
     token: Option<Box<[u8]>>,
+    /// Tokens bound to a profile.
+    bound: Vec<(Box<[u8]>, Arc<str>)>,
     permits: Arc<Semaphore>,
     max_concurrent: usize,
     timeout: Duration,
@@ -47,12 +54,22 @@ struct Policy {
 }
 
 impl Guard {
-    /// A guard requiring `token` (when given), admitting `max_concurrent` calls at once and
-    /// allowing each `timeout`.
-    pub fn new(token: Option<&str>, max_concurrent: usize, timeout: Duration) -> Guard {
+    /// A guard requiring `token` or one of the tokens `bound` to a profile (token, profile),
+    /// when any is given: a call with a bound token carries [`BoundProfile`]. It admits
+    /// `max_concurrent` calls at once and allows each `timeout`.
+    pub fn new(
+        token: Option<&str>,
+        bound: &[(&str, &str)],
+        max_concurrent: usize,
+        timeout: Duration,
+    ) -> Guard {
         Guard {
             policy: Arc::new(Policy {
                 token: token.map(|t| t.as_bytes().into()),
+                bound: bound
+                    .iter()
+                    .map(|&(t, p)| (t.as_bytes().into(), p.into()))
+                    .collect(),
                 permits: Arc::new(Semaphore::new(max_concurrent)),
                 max_concurrent,
                 timeout,
@@ -72,10 +89,11 @@ impl Guard {
 }
 
 impl Policy {
-    fn authorize(&self, headers: &http::HeaderMap) -> Result<(), Status> {
-        let Some(expected) = &self.token else {
-            return Ok(());
-        };
+    /// Checks the bearer token; `Ok(Some(profile))` for a token bound to a profile.
+    fn authorize(&self, headers: &http::HeaderMap) -> Result<Option<Arc<str>>, Status> {
+        if self.token.is_none() && self.bound.is_empty() {
+            return Ok(None);
+        }
         let Some(value) = headers.get(http::header::AUTHORIZATION) else {
             return Err(Status::unauthenticated(
                 "This daemon requires 'authorization: Bearer <token>' metadata on every call.",
@@ -85,8 +103,19 @@ impl Policy {
         // The scheme is case-insensitive (RFC 9110); the token is compared in constant time.
         let scheme_ok = value.len() > 7 && value[..7].eq_ignore_ascii_case(b"bearer ");
         let given = value.get(7..).unwrap_or_default();
-        if scheme_ok && bool::from(given.ct_eq(expected)) {
-            Ok(())
+        // Every token is compared, so the time taken does not tell which one was close.
+        let main = self
+            .token
+            .as_ref()
+            .is_some_and(|expected| bool::from(given.ct_eq(expected)));
+        let mut profile = None;
+        for (expected, p) in &self.bound {
+            if bool::from(given.ct_eq(expected)) {
+                profile = Some(p.clone());
+            }
+        }
+        if scheme_ok && (main || profile.is_some()) {
+            Ok(profile)
         } else {
             Err(Status::unauthenticated(
                 "The bearer token is not the one this daemon was started with.",
@@ -130,14 +159,20 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+    fn call(&mut self, mut request: http::Request<B>) -> Self::Future {
         if request.uri().path().starts_with(HEALTH_PREFIX) {
             return Box::pin(self.inner.call(request));
         }
         let refuse = |status: Status| -> Self::Future { Box::pin(async move { Ok(status.into_http()) }) };
-        if let Err(status) = self.policy.authorize(request.headers()) {
-            tracing::warn!(path = request.uri().path(), "call refused: not authenticated");
-            return refuse(status);
+        match self.policy.authorize(request.headers()) {
+            Ok(None) => {}
+            Ok(Some(profile)) => {
+                request.extensions_mut().insert(BoundProfile(profile));
+            }
+            Err(status) => {
+                tracing::warn!(path = request.uri().path(), "call refused: not authenticated");
+                return refuse(status);
+            }
         }
         if self.policy.draining.load(Ordering::SeqCst) {
             return refuse(Status::unavailable(
@@ -189,7 +224,7 @@ mod tests {
 
     #[test]
     fn only_the_exact_bearer_token_is_accepted() {
-        let guard = Guard::new(Some("s3cret"), 1, Duration::from_secs(1));
+        let guard = Guard::new(Some("s3cret"), &[], 1, Duration::from_secs(1));
         let p = &guard.policy;
         let cases: &[(Option<&str>, bool)] = &[
             (Some("Bearer s3cret"), true),
@@ -214,8 +249,41 @@ mod tests {
     }
 
     #[test]
+    fn a_bound_token_authenticates_and_names_its_profile() {
+        let bound = [("reader-token", "reader"), ("ops-token", "ops")];
+        let with_main = Guard::new(Some("main"), &bound, 1, Duration::from_secs(1));
+        let only_bound = Guard::new(None, &bound, 1, Duration::from_secs(1));
+        for guard in [&with_main, &only_bound] {
+            let p = &guard.policy;
+            let profile = |v| p.authorize(&headers(Some(v))).unwrap().map(|p| p.to_string());
+            assert_eq!(profile("Bearer reader-token").as_deref(), Some("reader"));
+            assert_eq!(profile("Bearer ops-token").as_deref(), Some("ops"));
+            assert!(p.authorize(&headers(Some("Bearer reader"))).is_err());
+            assert!(
+                p.authorize(&headers(None)).is_err(),
+                "bound tokens make auth required"
+            );
+        }
+        assert_eq!(
+            with_main
+                .policy
+                .authorize(&headers(Some("Bearer main")))
+                .unwrap()
+                .map(|p| p.to_string()),
+            None,
+            "the main token is bound to no profile"
+        );
+        assert!(
+            only_bound
+                .policy
+                .authorize(&headers(Some("Bearer main")))
+                .is_err()
+        );
+    }
+
+    #[test]
     fn without_a_token_every_call_is_authorized() {
-        let guard = Guard::new(None, 1, Duration::from_secs(1));
+        let guard = Guard::new(None, &[], 1, Duration::from_secs(1));
         assert!(guard.policy.authorize(&headers(None)).is_ok());
         assert!(guard.policy.authorize(&headers(Some("Bearer x"))).is_ok());
     }

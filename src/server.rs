@@ -373,8 +373,14 @@ pub async fn serve(
     if let Some(tls) = tls(config)? {
         builder = builder.tls_config(tls)?;
     }
+    let bound: Vec<(&str, &str)> = config
+        .tokens
+        .iter()
+        .map(|(t, p)| (t.as_str(), p.as_str()))
+        .collect();
     let guard = Guard::new(
         config.auth_token.as_deref(),
+        &bound,
         config.max_concurrent_requests,
         config.request_timeout,
     );
@@ -405,6 +411,7 @@ pub async fn serve(
     let (draining, drain_started) = tokio::sync::oneshot::channel::<()>();
     let (drain_tx, drain_rx) = watch::channel(false);
     let drain_guard = guard.clone();
+    let drain_state = state.clone();
     let shutdown = async move {
         shutdown.await;
         reporter
@@ -415,6 +422,7 @@ pub async fn serve(
             .await;
         let _ = draining.send(());
         let _ = drain_tx.send(true);
+        drain_state.stop_watchers();
         drain_guard.drain().await;
     };
     let drain_timeout = config.drain_timeout;
@@ -446,7 +454,7 @@ pub async fn serve(
     tracing::info!(
         addr = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
         tls = config.tls_cert.is_some(),
-        auth = config.auth_token.is_some(),
+        auth = config.authenticates(),
         "serving"
     );
     let server = builder

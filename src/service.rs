@@ -4,11 +4,12 @@
 use tonic::{Request, Response, Status};
 
 use crate::error::{Error, Result};
+use crate::guard::BoundProfile;
 use crate::proto::{self, tool_router_server::ToolRouter};
-use crate::registry::{Domain, DomainId, Registry, Tool};
+use crate::registry::{DomainId, Registry, Tool};
 use crate::render::{Format, assemble};
-use crate::router::Reason;
-use crate::state::{Loaded, RouteOptions, Routed, State, View};
+use crate::router::{ProfileId, Reason, Refusal};
+use crate::state::{CallCheck, Loaded, RouteOptions, Routed, Scope, State};
 use crate::telemetry::{CallSummary, conversation_hash};
 
 /// Longest accepted `conversation_id` or `group_name`, in bytes.
@@ -45,6 +46,12 @@ impl ToolRouterService {
             });
         }
         Ok(())
+    }
+
+    /// The profile a request names (empty: its auth token's, or none), checked.
+    fn profile<T>(&self, request: &Request<T>, named: &str) -> Result<Option<ProfileId>> {
+        let bound = request.extensions().get::<BoundProfile>();
+        self.state.profile(named, bound.map(|b| &*b.0))
     }
 }
 
@@ -130,27 +137,41 @@ fn tool(domain: &str, t: &Tool) -> proto::Tool {
     }
 }
 
-fn domain_tools(d: &Domain) -> impl Iterator<Item = proto::Tool> + '_ {
-    d.tools.iter().map(move |t| tool(&d.name, t))
+/// A domain's tools the consumer sees, native.
+fn domain_tools<'a>(scope: Scope<'a>, d: DomainId) -> impl Iterator<Item = proto::Tool> + 'a {
+    let registry = &scope.view.registry;
+    let name = registry.domain(d).name.as_str();
+    scope
+        .activation
+        .visible_tools(registry, d)
+        .map(move |t| tool(name, t))
 }
 
-fn group(view: &View, id: DomainId) -> proto::Group {
-    let d = view.registry.domain(id);
+/// A group with the tools the consumer sees.
+fn group(scope: Scope<'_>, id: DomainId) -> proto::Group {
+    let d = scope.view.registry.domain(id);
     proto::Group {
         name: d.name.clone(),
         display_name: d.display_name.clone(),
         description: d.description.clone(),
-        tool_count: d.tools.len() as u32,
+        tool_count: scope.activation.visible_count(&scope.view.registry, id) as u32,
         core: d.core,
-        active: view.activation.is_active(id),
+        active: scope.activation.is_active(id),
         settings_keys: d.settings_keys.clone(),
         keywords: d.keywords.clone(),
-        tokens: view.renders.domain_tokens(&view.registry, id),
+        tokens: scope.domain_tokens(id, Format::OpenAiChat),
     }
 }
 
-fn groups(view: &View) -> Vec<proto::Group> {
-    view.registry.domain_ids().map(|d| group(view, d)).collect()
+/// The groups the consumer sees, by name.
+fn groups(scope: Scope<'_>) -> Vec<proto::Group> {
+    scope
+        .view
+        .registry
+        .domain_ids()
+        .filter(|&d| scope.activation.is_visible(d))
+        .map(|d| group(scope, d))
+        .collect()
 }
 
 fn reason(r: Reason) -> proto::Reason {
@@ -174,6 +195,7 @@ impl ToolRouter for ToolRouterService {
         &self,
         request: Request<proto::RouteRequest>,
     ) -> Result<Response<proto::RouteResponse>, Status> {
+        let profile = self.profile(&request, &request.get_ref().profile)?;
         let req = request.into_inner();
         self.check_text(&req.message, "message")?;
         let conv = ConversationId::optional(&req.conversation_id)?.map(ConversationId::as_str);
@@ -184,6 +206,7 @@ impl ToolRouter for ToolRouterService {
             format,
             max_tools: req.max_tools,
             token_budget: req.token_budget,
+            profile,
         };
         let Routed {
             view,
@@ -197,16 +220,16 @@ impl ToolRouter for ToolRouterService {
             "routed"
         );
         let registry = &view.registry;
-        let rendered = view.rendered(counted(format));
-        let meta = view.meta_rendered(counted(format));
-        let domain_tokens = |d: DomainId| rendered.tokens(view.renders.domain(d));
+        let scope = view.scope(profile);
+        let meta = scope.meta_rendered(counted(format));
+        let domain_tokens = |d: DomainId| scope.domain_tokens(d, counted(format));
         let tokens = meta.tokens(0..meta.len())
             + decision
                 .domains
                 .iter()
                 .map(|inc| domain_tokens(inc.domain))
                 .sum::<u32>();
-        let tool_count = decision.tool_count(registry, &view.activation);
+        let tool_count = decision.tool_count(registry, scope.activation);
         // For the call log and the metrics (the telemetry layer reads it off the response).
         let summary = CallSummary {
             conversation: conv.map(conversation_hash),
@@ -226,18 +249,15 @@ impl ToolRouter for ToolRouterService {
             tools.reserve_exact(tool_count);
             tools.extend(
                 decision
-                    .tools(registry, &view.activation)
+                    .tools(registry, scope.activation)
                     .map(|(d, t)| tool(d, t)),
             );
         } else {
             let mut pieces = Vec::with_capacity(decision.domains.len() + 1);
             pieces.push(meta.all());
-            pieces.extend(
-                decision
-                    .domains
-                    .iter()
-                    .map(|inc| rendered.span(view.renders.domain(inc.domain))),
-            );
+            for inc in &decision.domains {
+                scope.push_pieces(inc.domain, counted(format), &mut pieces);
+            }
             tools_json = assemble(&pieces);
         }
         let mut response = Response::new(proto::RouteResponse {
@@ -254,7 +274,7 @@ impl ToolRouter for ToolRouterService {
                 })
                 .collect(),
             prompt_section: if req.include_prompt_section {
-                view.activation.prompt_section(registry)
+                scope.activation.prompt_section(registry)
             } else {
                 String::new()
             },
@@ -290,35 +310,37 @@ impl ToolRouter for ToolRouterService {
         &self,
         request: Request<proto::LoadToolGroupRequest>,
     ) -> Result<Response<proto::LoadToolGroupResponse>, Status> {
+        let profile = self.profile(&request, &request.get_ref().profile)?;
         let req = request.into_inner();
         let id = ConversationId::required(&req.conversation_id)?.as_str();
         let group_name = bounded(required(&req.group_name, "group_name")?, "group_name")?;
         let format = format(req.format)?;
-        let Loaded { view, load } = self.state.load_group(id, group_name).await?;
+        let Loaded { view, load } = self.state.load_group(id, group_name, profile).await?;
+        let scope = view.scope(profile);
         let d = view.registry.domain(load.domain);
         tracing::debug!(group = %d.name, already_loaded = load.already_loaded, "group loaded");
-        let rendered = view.rendered(counted(format));
-        let range = view.renders.domain(load.domain);
-        let tokens = rendered.tokens(range.clone());
+        let tokens = scope.domain_tokens(load.domain, counted(format));
+        let mut tools_json = Vec::new();
+        if let Some(f) = format {
+            let mut pieces = Vec::new();
+            scope.push_pieces(load.domain, f, &mut pieces);
+            tools_json = assemble(&pieces);
+        }
         let mut response = Response::new(proto::LoadToolGroupResponse {
-            group: Some(group(&view, load.domain)),
+            group: Some(group(scope, load.domain)),
             tools: if format.is_none() {
-                domain_tools(d).collect()
+                domain_tools(scope, load.domain).collect()
             } else {
                 Vec::new()
             },
-            tools_json: if format.is_some() {
-                assemble(&[rendered.span(range.clone())])
-            } else {
-                Vec::new()
-            },
+            tools_json,
             tokens,
             already_loaded: load.already_loaded,
-            text: crate::router::load_text(&view.registry, load.domain),
+            text: crate::router::load_text(&view.registry, scope.activation, load.domain),
         });
         response.extensions_mut().insert(CallSummary {
             conversation: Some(conversation_hash(id)),
-            tools: Some(d.tools.len()),
+            tools: Some(scope.activation.visible_count(&view.registry, load.domain)),
             group: Some(d.name.clone()),
             tokens: Some((tokens, counted(format).as_str())),
             ..CallSummary::default()
@@ -328,12 +350,14 @@ impl ToolRouter for ToolRouterService {
 
     async fn list_groups(
         &self,
-        _request: Request<proto::ListGroupsRequest>,
+        request: Request<proto::ListGroupsRequest>,
     ) -> Result<Response<proto::ListGroupsResponse>, Status> {
+        let profile = self.profile(&request, &request.get_ref().profile)?;
         let view = self.state.view().await;
+        let scope = view.scope(profile);
         Ok(Response::new(proto::ListGroupsResponse {
-            groups: groups(&view),
-            prompt_section: view.activation.prompt_section(&view.registry),
+            groups: groups(scope),
+            prompt_section: scope.activation.prompt_section(&view.registry),
             registry_version: view.registry.version(),
         }))
     }
@@ -342,35 +366,39 @@ impl ToolRouter for ToolRouterService {
         &self,
         request: Request<proto::ListAllToolsRequest>,
     ) -> Result<Response<proto::ListAllToolsResponse>, Status> {
+        let profile = self.profile(&request, &request.get_ref().profile)?;
         let format = format(request.into_inner().format)?;
         let view = self.state.view().await;
         let registry = &view.registry;
-        // Core domains first, then the rest; each part is already by name.
+        let scope = view.scope(profile);
+        // Core domains first, then the rest; each part is already by name. Whatever the
+        // settings, but only what the consumer sees.
+        let visible = |d: &DomainId| scope.activation.is_visible(*d);
         let ordered: Vec<DomainId> = registry
             .domain_ids()
             .filter(|&d| registry.domain(d).core)
             .chain(registry.domain_ids().filter(|&d| !registry.domain(d).core))
+            .filter(visible)
             .collect();
-        let rendered = view.rendered(counted(format));
         let mut tools = Vec::new();
         let mut tools_json = Vec::new();
         if format.is_none() {
-            tools = ordered
-                .iter()
-                .flat_map(|&d| domain_tools(registry.domain(d)))
-                .collect();
+            tools = ordered.iter().flat_map(|&d| domain_tools(scope, d)).collect();
         } else {
-            let pieces: Vec<&[u8]> = ordered
-                .iter()
-                .map(|&d| rendered.span(view.renders.domain(d)))
-                .collect();
+            let mut pieces = Vec::with_capacity(ordered.len());
+            for &d in &ordered {
+                scope.push_pieces(d, counted(format), &mut pieces);
+            }
             tools_json = assemble(&pieces);
         }
         Ok(Response::new(proto::ListAllToolsResponse {
             tools,
             tools_json,
-            tokens: rendered.tokens(0..rendered.len()),
-            groups: groups(&view),
+            tokens: ordered
+                .iter()
+                .map(|&d| scope.domain_tokens(d, counted(format)))
+                .sum(),
+            groups: groups(scope),
             registry_version: registry.version(),
         }))
     }
@@ -406,6 +434,7 @@ impl ToolRouter for ToolRouterService {
         &self,
         request: Request<proto::SearchToolsRequest>,
     ) -> Result<Response<proto::SearchToolsResponse>, Status> {
+        let profile = self.profile(&request, &request.get_ref().profile)?;
         let req = request.into_inner();
         let query = required(&req.query, "query")?;
         self.check_text(query, "query")?;
@@ -426,14 +455,15 @@ impl ToolRouter for ToolRouterService {
             0 => SEARCH_LIMIT.0,
             n => n.min(SEARCH_LIMIT.1),
         };
-        let found = self.state.search_tools(query, limit, load_into).await?;
+        let found = self.state.search_tools(query, limit, load_into, profile).await?;
         let view = &found.view;
+        let scope = view.scope(profile);
         let hits: Vec<proto::ToolHit> = found
             .hits
             .iter()
             .map(|h| {
                 let d = view.registry.domain(h.domain);
-                let active = view.activation.is_active(h.domain);
+                let active = scope.activation.is_active(h.domain);
                 proto::ToolHit {
                     tool: Some(tool(&d.name, &d.tools[h.tool])),
                     score: h.score,
@@ -467,7 +497,7 @@ impl ToolRouter for ToolRouterService {
             tracing::info!(groups = ?loaded_groups, "groups loaded by search");
         }
         Ok(Response::new(proto::SearchToolsResponse {
-            text: search_text(view, query, &hits, &loaded_groups),
+            text: search_text(scope, query, &hits, &loaded_groups),
             hits,
             loaded_groups,
             tools_json,
@@ -507,15 +537,134 @@ impl ToolRouter for ToolRouterService {
             config_toml: d.config_toml,
         }))
     }
+    async fn check_tool_call(
+        &self,
+        request: Request<proto::CheckToolCallRequest>,
+    ) -> Result<Response<proto::CheckToolCallResponse>, Status> {
+        let profile = self.profile(&request, &request.get_ref().profile)?;
+        let req = request.into_inner();
+        let name = bounded(required(&req.tool_name, "tool_name")?, "tool_name")?;
+        let conv = ConversationId::optional(&req.conversation_id)?;
+        let check = self
+            .state
+            .check_call(name, conv.map(ConversationId::as_str), profile)
+            .await?;
+        let mut response = Response::new(call_check(&check, name, profile.map(|_| req.profile.as_str())));
+        response.extensions_mut().insert(CallSummary {
+            conversation: conv.map(|c| conversation_hash(c.as_str())),
+            ..CallSummary::default()
+        });
+        Ok(response)
+    }
+
+    type WatchRegistryStream =
+        std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<proto::RegistryEvent, Status>> + Send>>;
+
+    async fn watch_registry(
+        &self,
+        request: Request<proto::WatchRegistryRequest>,
+    ) -> Result<Response<Self::WatchRegistryStream>, Status> {
+        use tokio_stream::StreamExt as _;
+        let profile = self.profile(&request, &request.get_ref().profile)?;
+        let (views, stopping) = self.state.watch();
+        // Ends the stream when the daemon starts draining.
+        let stop = tokio_stream::wrappers::WatchStream::new(stopping)
+            .filter(|&stop| stop)
+            .map(|_| None);
+        // The latest view first, then each change; a slow reader skips to the latest. Each
+        // stream tells only what changed for its consumer.
+        let mut last: Option<proto::RegistryEvent> = None;
+        let events = tokio_stream::wrappers::WatchStream::new(views)
+            .filter_map(move |view| {
+                let event = registry_event(view.scope(profile));
+                if last.as_ref() == Some(&event) {
+                    return None;
+                }
+                last = Some(event.clone());
+                Some(Some(Ok(event)))
+            })
+            .merge(stop)
+            .map_while(|event| event);
+        Ok(Response::new(Box::pin(events)))
+    }
+}
+
+/// What a consumer is told of the registry's state (SPEC §11 `WatchRegistry`).
+fn registry_event(scope: Scope<'_>) -> proto::RegistryEvent {
+    let registry = &scope.view.registry;
+    proto::RegistryEvent {
+        registry_version: registry.version(),
+        active_domains: domain_names(registry, scope.activation.active()),
+        disabled_tools: scope.view.settings.disabled().as_slice().to_vec(),
+        tools: registry
+            .domain_ids()
+            .map(|d| scope.activation.visible_count(registry, d) as u32)
+            .sum(),
+    }
+}
+
+/// The answer to `CheckToolCall` (SPEC §10), with a sentence saying it.
+fn call_check(check: &CallCheck, tool: &str, profile: Option<&str>) -> proto::CheckToolCallResponse {
+    let registry = &check.view.registry;
+    let tool = crate::error::echo(tool);
+    let domain = check.domain.map(|d| registry.domain(d).name.clone());
+    let mut response = proto::CheckToolCallResponse {
+        allowed: check.refusal.is_none(),
+        visible_now: check.visible_now,
+        reason: check
+            .refusal
+            .as_ref()
+            .map(|r| r.as_str().to_string())
+            .unwrap_or_default(),
+        registry_version: registry.version(),
+        ..Default::default()
+    };
+    response.text = match &check.refusal {
+        None => {
+            response.group = domain.unwrap_or_default();
+            format!("Tool '{tool}' may be called now.")
+        }
+        Some(Refusal::UnknownTool) => format!("No tool is named '{tool}'."),
+        Some(Refusal::DeniedByProfile) => format!(
+            "Tool '{tool}' is not available to profile '{}'.",
+            profile.unwrap_or_default()
+        ),
+        Some(Refusal::Disabled) => {
+            response.group = domain.unwrap_or_default();
+            format!(
+                "Tool '{tool}' is disabled (settings key {}).",
+                crate::router::DISABLED_TOOLS_KEY
+            )
+        }
+        Some(Refusal::NotConfigured { keys }) => {
+            response.settings_keys = keys.clone();
+            let group = domain.unwrap_or_default();
+            let text = format!(
+                "Tool '{tool}' is in group '{group}', which is not configured: set one of {}.",
+                keys.join(", ")
+            );
+            response.group = group;
+            text
+        }
+        Some(Refusal::NeedsLoad { group }) => {
+            response.group = group.clone();
+            format!(
+                "Tool '{tool}' is not available in this conversation now: load group '{group}' first \
+                 (load_tool_group)."
+            )
+        }
+    };
+    response
 }
 
 /// Default and largest `SearchTools.limit` (SPEC §5); a larger limit is cut to the largest.
 const SEARCH_LIMIT: (usize, usize) = (5, 20);
 
 /// The `text` of a `SearchTools` answer, for the model to read.
-fn search_text(view: &View, query: &str, hits: &[proto::ToolHit], loaded: &[String]) -> String {
+fn search_text(scope: Scope<'_>, query: &str, hits: &[proto::ToolHit], loaded: &[String]) -> String {
     if hits.is_empty() {
-        let active = domain_names(&view.registry, view.activation.loadable().iter().copied());
+        let loadable = scope.activation.loadable().iter().copied();
+        let active = domain_names(&scope.view.registry, loadable);
         return format!(
             "No tools matched '{}'. Active groups: {}.",
             query.trim(),

@@ -40,6 +40,7 @@ impl SettingsCache {
     /// When the first read fails: there is no good snapshot to fall back on.
     pub async fn new(db: Db, ttl: Duration) -> Result<SettingsCache> {
         let snapshot = Arc::new(Snapshot::new(db.read_settings().await?));
+        warn_if_ignored(&snapshot, None);
         let current = ArcSwap::from_pointee(Cached {
             snapshot,
             read_at: Instant::now(),
@@ -102,6 +103,7 @@ impl SettingsCache {
                     tracing::info!("the settings table is readable again");
                 }
                 let snapshot = Arc::new(Snapshot::new(rows));
+                warn_if_ignored(&snapshot, Some(&previous.snapshot));
                 self.current.store(Arc::new(Cached {
                     snapshot: snapshot.clone(),
                     read_at: Instant::now(),
@@ -130,6 +132,16 @@ impl SettingsCache {
                 )))
             }
         }
+    }
+}
+
+/// Logs a disabled-tools value that is ignored (SPEC §10), once per value: when the
+/// previous snapshot did not already ignore it for the same reason.
+fn warn_if_ignored(snapshot: &Snapshot, previous: Option<&Snapshot>) {
+    if let Some(problem) = snapshot.disabled_problem()
+        && previous.and_then(Snapshot::disabled_problem) != Some(problem)
+    {
+        tracing::warn!(problem, "ignoring the disabled tools setting");
     }
 }
 

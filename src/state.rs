@@ -3,7 +3,7 @@
 //! router, and persists what the decision changed before answering.
 
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
@@ -16,7 +16,9 @@ use crate::matcher::{MatchMode, Matcher};
 use crate::registry::{DomainId, Registry};
 use crate::render::{Format, LazyRenders, Rendered, Renders};
 use crate::router::budget::{self, Cost, Dropped, Limits};
-use crate::router::{self, Activation, Decision, Inputs, Load, Mark, Options, Snapshot};
+use crate::router::{
+    self, Activation, Decision, Inputs, Load, Mark, Options, Profile, ProfileId, Profiles, Snapshot,
+};
 use crate::search::{SearchIndex, ToolMatch};
 use crate::settings::SettingsCache;
 
@@ -31,7 +33,7 @@ pub struct View {
     pub index: Arc<SearchIndex>,
     /// The settings snapshot the activation was derived from.
     pub settings: Arc<Snapshot>,
-    /// What the snapshot means for the registry.
+    /// What the snapshot means for the registry, for a consumer without a profile.
     pub activation: Activation,
     /// The registry's tools rendered per provider format, with their token counts.
     pub renders: Arc<Renders>,
@@ -39,17 +41,39 @@ pub struct View {
     meta: LazyRenders,
     /// Whether answers carry the meta-tools (the routing options, fixed for a daemon).
     expose: (bool, bool),
+    /// The daemon's profiles.
+    profiles: Arc<Profiles>,
+    /// Activation and meta-tools per profile, derived on the profile's first call.
+    scoped: Box<[OnceLock<Scoped>]>,
+}
+
+/// Activation under one profile, and its meta-tools.
+#[derive(Debug)]
+struct Scoped {
+    activation: Activation,
+    meta: LazyRenders,
+}
+
+/// One consumer's view: a [`View`] under a profile (or none).
+#[derive(Debug, Clone, Copy)]
+pub struct Scope<'a> {
+    /// The view.
+    pub view: &'a View,
+    /// What the settings and the profile leave this consumer.
+    pub activation: &'a Activation,
+    /// The profile, if any.
+    pub profile: Option<&'a Profile>,
+    meta: &'a LazyRenders,
 }
 
 impl View {
-    fn new(
-        registry: Arc<Registry>,
-        matcher: Arc<Matcher>,
-        index: Arc<SearchIndex>,
-        renders: Arc<Renders>,
-        settings: Arc<Snapshot>,
-        options: &Options,
-    ) -> View {
+    fn new(parts: Parts, settings: Arc<Snapshot>, options: &Options, profiles: Arc<Profiles>) -> View {
+        let Parts {
+            registry,
+            matcher,
+            index,
+            renders,
+        } = parts;
         let activation = Activation::new(&registry, &settings);
         View {
             registry,
@@ -60,6 +84,18 @@ impl View {
             renders,
             meta: LazyRenders::default(),
             expose: (options.expose_load_tool_group, options.expose_search_tools),
+            scoped: (0..profiles.len()).map(|_| OnceLock::new()).collect(),
+            profiles,
+        }
+    }
+
+    /// What the view is built from besides the settings.
+    fn parts(&self) -> Parts {
+        Parts {
+            registry: self.registry.clone(),
+            matcher: self.matcher.clone(),
+            index: self.index.clone(),
+            renders: self.renders.clone(),
         }
     }
 
@@ -68,22 +104,26 @@ impl View {
         self.renders.get(&self.registry, format)
     }
 
-    /// The meta-tools answers start with, in `format`: both, either or none, as the options
-    /// expose them and the activation has them.
-    pub fn meta_rendered(&self, format: Format) -> &Rendered {
-        self.meta.get(format, || {
-            let load = self.activation.meta_tool().filter(|_| self.expose.0);
-            let search = self.activation.search_tool().filter(|_| self.expose.1);
-            load.into_iter().chain(search).collect()
-        })
-    }
-
-    /// What a domain's tools cost in `format`.
-    pub fn domain_cost(&self, d: DomainId, format: Format) -> Cost {
-        let range = self.renders.domain(d);
-        Cost {
-            tools: range.len() as u64,
-            tokens: u64::from(self.rendered(format).tokens(range)),
+    /// The view for a consumer with this profile (none: only disabled tools are hidden).
+    pub fn scope(&self, profile: Option<ProfileId>) -> Scope<'_> {
+        let Some(id) = profile else {
+            return Scope {
+                view: self,
+                activation: &self.activation,
+                profile: None,
+                meta: &self.meta,
+            };
+        };
+        let p = self.profiles.get(id);
+        let scoped = self.scoped[id.index()].get_or_init(|| Scoped {
+            activation: Activation::scoped(&self.registry, &self.settings, Some(p)),
+            meta: LazyRenders::default(),
+        });
+        Scope {
+            view: self,
+            activation: &scoped.activation,
+            profile: Some(p),
+            meta: &scoped.meta,
         }
     }
 
@@ -95,6 +135,53 @@ impl View {
             index: &self.index,
         }
     }
+}
+
+impl<'a> Scope<'a> {
+    /// The meta-tools answers start with, in `format`: both, either or none, as the options
+    /// expose them and the activation has them.
+    pub fn meta_rendered(&self, format: Format) -> &'a Rendered {
+        let (activation, expose) = (self.activation, self.view.expose);
+        self.meta.get(format, || {
+            let load = activation.meta_tool().filter(|_| expose.0);
+            let search = activation.search_tool().filter(|_| expose.1);
+            load.into_iter().chain(search).collect()
+        })
+    }
+
+    /// A domain's visible tools as runs of rendered tools (registry-order ranges).
+    pub fn runs(&self, d: DomainId) -> impl Iterator<Item = std::ops::Range<usize>> + 'a {
+        self.activation.runs(self.view.renders.domain(d))
+    }
+
+    /// A domain's visible tools' tokens in `format`.
+    pub fn domain_tokens(&self, d: DomainId, format: Format) -> u32 {
+        let rendered = self.view.rendered(format);
+        self.runs(d).map(|r| rendered.tokens(r)).sum()
+    }
+
+    /// What a domain's visible tools cost in `format`.
+    pub fn domain_cost(&self, d: DomainId, format: Format) -> Cost {
+        Cost {
+            tools: self.activation.visible_count(&self.view.registry, d) as u64,
+            tokens: u64::from(self.domain_tokens(d, format)),
+        }
+    }
+
+    /// Pushes a domain's visible tools, rendered in `format`, onto an answer's pieces.
+    pub fn push_pieces(&self, d: DomainId, format: Format, pieces: &mut Vec<&'a [u8]>) {
+        let rendered = self.view.rendered(format);
+        pieces.extend(self.runs(d).map(|r| rendered.span(r)));
+    }
+}
+
+/// What a view is built from besides the settings: all derived from one registry.
+#[derive(Debug, Clone)]
+struct Parts {
+    registry: Arc<Registry>,
+    matcher: Arc<Matcher>,
+    index: Arc<SearchIndex>,
+    renders: Arc<Renders>,
 }
 
 /// A route's answer and the view it was decided in.
@@ -121,6 +208,8 @@ pub struct RouteOptions<'a> {
     pub max_tools: u32,
     /// The request's `token_budget` (0: the server's).
     pub token_budget: u32,
+    /// The consumer's profile, if any.
+    pub profile: Option<ProfileId>,
 }
 
 /// A load's outcome and the view it was checked in.
@@ -132,6 +221,19 @@ pub struct Loaded {
     pub load: Load,
 }
 
+/// Where a tool call stands (SPEC §10 `CheckToolCall`).
+#[derive(Debug)]
+pub struct CallCheck {
+    /// The view it was checked in.
+    pub view: Arc<View>,
+    /// The tool's domain, when the name is known.
+    pub domain: Option<DomainId>,
+    /// Why the call is refused; `None` when it is allowed.
+    pub refusal: Option<router::Refusal>,
+    /// Whether `Route` answers the tool for the conversation now.
+    pub visible_now: bool,
+}
+
 /// What `SearchTools` found, and which groups it loaded.
 #[derive(Debug)]
 pub struct Searched {
@@ -140,7 +242,7 @@ pub struct Searched {
     /// The ranked tools, best first.
     pub hits: Vec<ToolMatch>,
     /// The groups loaded into the conversation, in rank order.
-    pub loaded: Vec<crate::registry::DomainId>,
+    pub loaded: Vec<DomainId>,
 }
 
 /// Builds the search index and the renders (with their token counts) of a registry, side by
@@ -183,6 +285,15 @@ struct Inner {
     database: String,
     /// The server's budget: `--max-tools` (0: none) and `--token-budget`.
     limits: Limits,
+    /// The profiles consumers name (SPEC §10).
+    profiles: Arc<Profiles>,
+    /// The view `WatchRegistry` streams follow: replaced when the registry, the active
+    /// domains or the disabled tools change (SPEC §11).
+    events: tokio::sync::watch::Sender<Arc<View>>,
+    /// Turns true when the daemon starts draining: streams end.
+    stopping: tokio::sync::watch::Sender<bool>,
+    /// The settings TTL: how often the settings are re-read while someone watches.
+    settings_ttl: Duration,
 }
 
 /// What `DescribeServer` reports.
@@ -231,7 +342,14 @@ impl State {
         let (index, renders) = index_and_renders(&registry);
         let (index, renders) = (Arc::new(index), Arc::new(renders));
         let options = config.routing();
-        let view = View::new(registry, matcher, index, renders, snapshot, &options);
+        let profiles = Arc::new(config.profiles()?);
+        let parts = Parts {
+            registry,
+            matcher,
+            index,
+            renders,
+        };
+        let view = Arc::new(View::new(parts, snapshot, &options, profiles.clone()));
         Ok(State {
             inner: Arc::new(Inner {
                 conversations: Conversations::new(
@@ -242,7 +360,10 @@ impl State {
                 db,
                 settings,
                 options,
-                view: ArcSwap::from_pointee(view),
+                view: ArcSwap::new(view.clone()),
+                events: tokio::sync::watch::Sender::new(view),
+                stopping: tokio::sync::watch::Sender::new(false),
+                settings_ttl: config.settings_ttl,
                 manifests: config.manifests.clone(),
                 keyword_match: config.keyword_match,
                 reload: tokio::sync::Mutex::new(()),
@@ -253,6 +374,7 @@ impl State {
                     max_tools: (config.max_tools > 0).then_some(u64::from(config.max_tools)),
                     token_budget: config.token_budget.map(u64::from),
                 },
+                profiles,
             }),
         })
     }
@@ -291,46 +413,102 @@ impl State {
             return view;
         }
         let next = Arc::new(View::new(
-            view.registry.clone(),
-            view.matcher.clone(),
-            view.index.clone(),
-            view.renders.clone(),
+            view.parts(),
             snapshot,
             &self.inner.options,
+            self.inner.profiles.clone(),
         ));
         // Only over the view it was derived from: a registry reloaded meanwhile is kept (this
         // caller still answers from its own consistent view).
-        self.inner.view.compare_and_swap(&view, next.clone());
+        let previous = self.inner.view.compare_and_swap(&view, next.clone());
+        if Arc::ptr_eq(&previous, &view) {
+            self.publish(&next);
+        }
         next
     }
 
-    /// Routes one message (SPEC §4), recording new keyword and search hits in the
-    /// conversation before answering, unless `dry_run`, then fits the answer to the budget
-    /// (SPEC §9).
+    /// Tells watchers about `view` when it differs from what they saw in what they are
+    /// told: the registry version, the active domains or the disabled tools.
+    fn publish(&self, view: &Arc<View>) {
+        self.inner.events.send_if_modified(|seen| {
+            let changed = seen.registry.version() != view.registry.version()
+                || !seen.activation.active().eq(view.activation.active())
+                || seen.settings.disabled() != view.settings.disabled();
+            if changed {
+                *seen = view.clone();
+            }
+            changed
+        });
+    }
+
+    /// A receiver of the view as watchers see it (the current one first), and a receiver
+    /// that turns true when the daemon starts draining.
+    pub(crate) fn watch(
+        &self,
+    ) -> (
+        tokio::sync::watch::Receiver<Arc<View>>,
+        tokio::sync::watch::Receiver<bool>,
+    ) {
+        (self.inner.events.subscribe(), self.inner.stopping.subscribe())
+    }
+
+    /// Ends every `WatchRegistry` stream (the daemon is draining).
+    pub(crate) fn stop_watchers(&self) {
+        self.inner.stopping.send_replace(true);
+    }
+
+    /// The profile a request names, checked against the one its auth token is bound to
+    /// (SPEC §10): an empty name means the bound profile, or none.
+    ///
+    /// # Errors
+    /// `UnknownProfile`, or `ProfileNotAllowed` when the token is bound to another one.
+    pub fn profile(&self, named: &str, bound: Option<&str>) -> Result<Option<ProfileId>> {
+        let name = match (named.trim(), bound) {
+            ("", None) => return Ok(None),
+            ("", Some(b)) => b,
+            (n, Some(b)) if n != b => {
+                return Err(Error::ProfileNotAllowed {
+                    named: n.to_string(),
+                    bound: b.to_string(),
+                });
+            }
+            (n, _) => n,
+        };
+        let profiles = &self.inner.profiles;
+        profiles
+            .find(name)
+            .map(Some)
+            .ok_or_else(|| Error::UnknownProfile {
+                name: name.to_string(),
+                known: profiles.names().map(str::to_string).collect(),
+            })
+    }
+
+    /// Routes one message (SPEC §4) for a consumer, recording new keyword and search hits in
+    /// the conversation before answering, unless `dry_run`, then fits the answer to the
+    /// budget (SPEC §9).
     ///
     /// # Errors
     /// None today: a conversation store fault degrades the answer instead (see above).
     pub async fn route(&self, message: &str, options: RouteOptions<'_>) -> Result<Routed> {
-        let (view, mut decision) = self.decide(message, options.conversation, options.dry_run).await;
+        let (view, mut decision) = self
+            .decide(message, options.conversation, options.profile, options.dry_run)
+            .await;
+        let scope = view.scope(options.profile);
         let format = options.format.unwrap_or(Format::OpenAiChat);
-        let limits = Limits {
-            max_tools: match options.max_tools {
-                0 => self.inner.limits.max_tools,
-                n => Some(u64::from(n)),
-            },
-            token_budget: match options.token_budget {
-                0 => self.inner.limits.token_budget,
-                n => Some(u64::from(n)),
-            },
-        };
+        let limits = Limits::resolve(
+            (options.max_tools, options.token_budget),
+            scope.profile.map(|p| (p.max_tools, p.token_budget)),
+            self.inner.limits,
+        );
         let mut dropped = Vec::new();
         if limits != Limits::default() {
-            let meta = view.meta_rendered(format);
+            let meta = scope.meta_rendered(format);
             let fixed = Cost {
                 tools: meta.len() as u64,
                 tokens: u64::from(meta.tokens(0..meta.len())),
             };
-            dropped = budget::fit(&mut decision, fixed, |d| view.domain_cost(d, format), limits);
+            dropped = budget::fit(&mut decision, fixed, |d| scope.domain_cost(d, format), limits);
         }
         Ok(Routed {
             view,
@@ -344,13 +522,14 @@ impl State {
         &self,
         message: &str,
         conversation_id: Option<&str>,
+        profile: Option<ProfileId>,
         dry_run: bool,
     ) -> (Arc<View>, Decision) {
         let view = self.view().await;
         let decide = |conversation: Option<&router::Conversation>| {
             router::route(
                 view.inputs(),
-                &view.activation,
+                view.scope(profile).activation,
                 conversation,
                 message,
                 &self.inner.options,
@@ -388,33 +567,46 @@ impl State {
     ///
     /// # Errors
     /// `NotFound`/`FailedPrecondition` as the router decides, or a database fault.
-    pub(crate) async fn load_group(&self, conversation_id: &str, group: &str) -> Result<Loaded> {
+    pub(crate) async fn load_group(
+        &self,
+        conversation_id: &str,
+        group: &str,
+        profile: Option<ProfileId>,
+    ) -> Result<Loaded> {
         let view = self.view().await;
         let convs = &self.inner.conversations;
         let mut entry = convs.lock(conversation_id).await?;
-        let load = router::load(&view.registry, &view.activation, entry.state(), group)?;
+        let activation = view.scope(profile).activation;
+        let load = router::load(&view.registry, activation, entry.state(), group)?;
         if !load.already_loaded {
             entry.record([group], Mark::Loaded).await?;
         }
         Ok(Loaded { view, load })
     }
 
-    /// Searches the whole registry's tools (SPEC §5 `SearchTools`); with a conversation and
-    /// `load`, loads the active non-core groups of the top hits (at most
+    /// Searches the tools a consumer may see (SPEC §5 `SearchTools`); with a conversation
+    /// and `load`, loads the active non-core groups of the top hits (at most
     /// [`MAX_SEARCH_LOADS`], in rank order) into it, persisted before answering.
     ///
     /// # Errors
     /// A database fault while loading.
-    pub async fn search_tools(&self, query: &str, limit: usize, load_into: Option<&str>) -> Result<Searched> {
+    pub async fn search_tools(
+        &self,
+        query: &str,
+        limit: usize,
+        load_into: Option<&str>,
+        profile: Option<ProfileId>,
+    ) -> Result<Searched> {
         let view = self.view().await;
-        let hits = view.index.search_tools(query, limit);
+        let activation = view.scope(profile).activation;
+        let hits = view.index.search_tools(query, limit, activation.tool_mask());
         let mut loaded = Vec::new();
         if let Some(id) = load_into {
             let registry = &view.registry;
-            let mut groups: Vec<crate::registry::DomainId> = Vec::new();
+            let mut groups: Vec<DomainId> = Vec::new();
             for h in &hits {
                 let d = registry.domain(h.domain);
-                if view.activation.is_active(h.domain)
+                if activation.is_active(h.domain)
                     && !d.core
                     && !groups.contains(&h.domain)
                     && groups.len() < MAX_SEARCH_LOADS
@@ -430,6 +622,49 @@ impl State {
             }
         }
         Ok(Searched { view, hits, loaded })
+    }
+
+    /// Where a call of `tool` stands for a consumer in a conversation (SPEC §10
+    /// `CheckToolCall`): visible now when `Route` would answer it for the conversation's
+    /// state (a message that hits nothing, nothing recorded, the budget applied).
+    ///
+    /// # Errors
+    /// None today (as [`State::route`]).
+    pub async fn check_call(
+        &self,
+        tool: &str,
+        conversation: Option<&str>,
+        profile: Option<ProfileId>,
+    ) -> Result<CallCheck> {
+        let options = RouteOptions {
+            conversation,
+            dry_run: true,
+            profile,
+            ..RouteOptions::default()
+        };
+        let routed = self.route("", options).await?;
+        let scope = routed.view.scope(profile);
+        let (domain, refusal) = router::check_call(
+            &routed.view.registry,
+            &routed.view.settings,
+            scope.profile,
+            scope.activation,
+            tool,
+            |d| routed.decision.domains.iter().any(|inc| inc.domain == d),
+        );
+        let visible_now = domain.is_some_and(|d| {
+            routed.decision.domains.iter().any(|inc| inc.domain == d)
+                && scope
+                    .activation
+                    .visible_tools(&routed.view.registry, d)
+                    .any(|t| t.name == tool)
+        });
+        Ok(CallCheck {
+            view: routed.view,
+            domain,
+            refusal,
+            visible_now,
+        })
     }
 
     /// Drops the settings cache and re-reads the table at once.
@@ -468,16 +703,21 @@ impl State {
             Err(other) => return Err(other),
         };
         let matcher = Arc::new(Matcher::new(registry.keywords(), self.inner.keyword_match)?);
+        let parts = Parts {
+            registry: registry.clone(),
+            matcher,
+            index,
+            renders,
+        };
         self.inner.view.rcu(|current| {
             View::new(
-                registry.clone(),
-                matcher.clone(),
-                index.clone(),
-                renders.clone(),
+                parts.clone(),
                 current.settings.clone(),
                 &self.inner.options,
+                self.inner.profiles.clone(),
             )
         });
+        self.publish(&self.inner.view.load_full());
         let reloaded = Reloaded {
             registry_version: registry.version(),
             domains: registry.domains().len(),
@@ -500,17 +740,30 @@ impl State {
         self.inner.conversations.reset(id).await
     }
 
-    /// Runs conversation upkeep every `period` until `shutdown` resolves (the final flush is
-    /// [`State::close`]'s).
+    /// Runs conversation upkeep every `period`, and re-reads the settings every TTL while
+    /// a `WatchRegistry` stream is open (so it hears of a change without other traffic),
+    /// until `shutdown` resolves (the final flush is [`State::close`]'s).
     pub(crate) async fn maintain(&self, period: Duration, shutdown: impl std::future::Future<Output = ()>) {
         tokio::pin!(shutdown);
+        let mut upkeep = tokio::time::interval(period);
+        let mut settings = tokio::time::interval(self.inner.settings_ttl);
+        for tick in [&mut upkeep, &mut settings] {
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            tick.reset();
+        }
         loop {
             tokio::select! {
                 () = &mut shutdown => break,
-                () = tokio::time::sleep(period) => {}
-            }
-            if let Err(e) = self.inner.conversations.maintain().await {
-                tracing::error!(error = %e, "conversation upkeep failed");
+                _ = upkeep.tick() => {
+                    if let Err(e) = self.inner.conversations.maintain().await {
+                        tracing::error!(error = %e, "conversation upkeep failed");
+                    }
+                }
+                _ = settings.tick() => {
+                    if self.inner.events.receiver_count() > 0 {
+                        self.view().await;
+                    }
+                }
             }
         }
     }

@@ -17,10 +17,10 @@ use serde_json::{Map, Value, json};
 
 use toolrouter::matcher::{MatchMode, Matcher};
 use toolrouter::registry::{Domain, Registry, Tier, Tool, manifest};
-use toolrouter::router::Snapshot;
 use toolrouter::router::{
     Activation, Conversation, Decision, FallbackPolicy, Inputs, Member, Options, Reason, route,
 };
+use toolrouter::router::{DISABLED_TOOLS_KEY, Patterns, Profile, Snapshot};
 use toolrouter::search::{SearchIndex, SearchMode, SearchOptions};
 
 /// `cases` cases, a cheap RNG, and no regression files written into the source tree.
@@ -1551,6 +1551,134 @@ mod budget {
                     }
                 }
             }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Profiles and disabled tools (SPEC §10): no answer shows a consumer a tool outside its view.
+// ---------------------------------------------------------------------------------------------
+
+/// Glob patterns over some of these names, some exact and some with a wildcard.
+fn some_patterns(names: Vec<String>) -> impl Strategy<Value = Vec<String>> {
+    let n = names.len();
+    subsequence(names, 0..=n.min(4)).prop_flat_map(|picked| {
+        let len = picked.len();
+        (Just(picked), vec(any::<bool>(), len)).prop_map(|(picked, wild)| {
+            picked
+                .into_iter()
+                .zip(wild)
+                .map(|(name, w)| {
+                    if w {
+                        format!("{}*", &name[..name.len().min(3)])
+                    } else {
+                        name
+                    }
+                })
+                .collect()
+        })
+    })
+}
+
+/// Any profile over the fixed registry's names (or none).
+fn any_profile() -> impl Strategy<Value = Option<Profile>> {
+    let f = fixed();
+    let domains: Vec<String> = f.registry.domains().iter().map(|d| d.name.clone()).collect();
+    let tools: Vec<String> = f
+        .registry
+        .domains()
+        .iter()
+        .flat_map(|d| d.tools.iter().map(|t| t.name.clone()))
+        .collect();
+    let compile = |p: &[String]| Patterns::new(p).unwrap();
+    let profile = (
+        some_patterns(domains.clone()),
+        some_patterns(domains),
+        some_patterns(tools.clone()),
+        some_patterns(tools),
+        select(&[Tier::Read, Tier::Modify, Tier::Destructive][..]),
+    )
+        .prop_map(move |(ad, dd, at, dt, tier)| Profile {
+            allow_domains: compile(&ad),
+            deny_domains: compile(&dd),
+            allow_tools: compile(&at),
+            deny_tools: compile(&dt),
+            max_tier: tier,
+            ..Profile::open("p")
+        });
+    prop_oneof![1 => Just(None), 4 => profile.prop_map(Some)]
+}
+
+/// Whether a consumer with `profile` may see a tool, with `disabled` names disabled.
+fn may_see(profile: Option<&Profile>, disabled: &Patterns, domain: &str, tool: &Tool) -> bool {
+    !disabled.matches(&tool.name) && profile.is_none_or(|p| p.allows_domain(domain) && p.allows_tool(tool))
+}
+
+proptest! {
+    #![proptest_config(config(256))]
+
+    #[test]
+    fn no_answer_under_a_policy_holds_a_tool_outside_it(
+        message in keyword_text(),
+        profile in any_profile(),
+        disabled in some_patterns(fixed().registry.domains().iter().flat_map(|d| d.tools.iter().map(|t| t.name.clone())).collect()),
+        members in subsequence(fixed().registry.domains().iter().map(|d| d.name.clone()).collect::<Vec<_>>(), 0..4),
+    ) {
+        let f = fixed();
+        let mut rows: Vec<(String, String)> = f
+            .registry
+            .domains()
+            .iter()
+            .flat_map(|d| d.settings_keys.iter().map(|k| (k.clone(), "set".to_string())))
+            .collect();
+        rows.push((DISABLED_TOOLS_KEY.to_string(), serde_json::to_string(&disabled).unwrap()));
+        let settings = Snapshot::new(rows);
+        let activation = Activation::scoped(&f.registry, &settings, profile.as_ref());
+        let conversation = Conversation {
+            members: members
+                .iter()
+                .enumerate()
+                .map(|(i, d)| Member { domain: d.clone(), loaded: i % 2 == 0, hit: i % 2 == 1 })
+                .collect(),
+        };
+        let inputs = Inputs { registry: &f.registry, matcher: &f.word, index: &f.index };
+        for c in [None, Some(&conversation)] {
+            for mode in [SearchMode::Off, SearchMode::Augment] {
+                let options = Options {
+                    search: SearchOptions { mode, ..SearchOptions::default() },
+                    ..Options::default()
+                };
+                let d = route(inputs, &activation, c, &message, &options);
+                let mut n = 0;
+                for (domain, tool) in d.tools(&f.registry, &activation) {
+                    n += 1;
+                    if domain.is_empty() {
+                        continue; // a meta-tool
+                    }
+                    prop_assert!(
+                        may_see(profile.as_ref(), settings.disabled(), domain, tool),
+                        "{} of {} is outside the consumer's view", tool.name, domain
+                    );
+                }
+                prop_assert_eq!(n, d.tool_count(&f.registry, &activation));
+            }
+        }
+        // The meta-tool offers only groups the consumer sees tools of.
+        if let Some(meta) = activation.meta_tool() {
+            let schema: Value = serde_json::from_str(&meta.input_schema_json).unwrap();
+            for g in schema["properties"]["group_name"]["enum"].as_array().unwrap() {
+                let d = f.registry.find(g.as_str().unwrap()).unwrap();
+                let domain = f.registry.domain(d);
+                prop_assert!(
+                    domain.tools.iter().any(|t| may_see(profile.as_ref(), settings.disabled(), &domain.name, t)),
+                    "load_tool_group offers {}, which the consumer sees no tool of", domain.name
+                );
+            }
+        }
+        // Search finds only what the consumer sees.
+        for hit in f.index.search_tools(&message, 20, activation.tool_mask()) {
+            let domain = f.registry.domain(hit.domain);
+            prop_assert!(may_see(profile.as_ref(), settings.disabled(), &domain.name, &domain.tools[hit.tool]));
         }
     }
 }

@@ -185,4 +185,20 @@ impl ToolRouter for BaselineService {
     ) -> Result<Response<proto::DescribeServerResponse>, Status> {
         unimplemented()
     }
+
+    async fn check_tool_call(
+        &self,
+        _: Request<proto::CheckToolCallRequest>,
+    ) -> Result<Response<proto::CheckToolCallResponse>, Status> {
+        unimplemented()
+    }
+
+    type WatchRegistryStream = tokio_stream::Empty<Result<proto::RegistryEvent, Status>>;
+
+    async fn watch_registry(
+        &self,
+        _: Request<proto::WatchRegistryRequest>,
+    ) -> Result<Response<Self::WatchRegistryStream>, Status> {
+        unimplemented()
+    }
 }

@@ -239,7 +239,7 @@ async fn call(
                 .load_tool_group(proto::LoadToolGroupRequest {
                     conversation_id: conversation(),
                     group_name,
-                    format: 0,
+                    ..Default::default()
                 })
                 .await;
             let o = match r {
@@ -249,7 +249,7 @@ async fn call(
             ("LoadToolGroup", o)
         }
         (Mix::Mixed, 4..=6) => {
-            let r = client.list_groups(proto::ListGroupsRequest {}).await;
+            let r = client.list_groups(proto::ListGroupsRequest::default()).await;
             ("ListGroups", outcome(r, |r| !r.groups.is_empty()))
         }
         (Mix::Mixed, 7..=8) => {
@@ -281,7 +281,7 @@ async fn run(
     let groups: Vec<String> = if mix.0 == Mix::Mixed {
         let mut c = client.clone();
         let all = c
-            .list_groups(proto::ListGroupsRequest {})
+            .list_groups(proto::ListGroupsRequest::default())
             .await
             .map_err(|s| crate::Error::Unavailable(format!("ListGroups failed: {}", s.message())))?;
         all.into_inner()

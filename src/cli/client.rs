@@ -26,6 +26,16 @@ pub struct ClientArgs {
     /// names, 64-bit integers as strings, enums by name, default values left out).
     #[arg(long)]
     pub json: bool,
+    /// The consumer profile for calls that list, route, search or check tools [default:
+    /// the one the auth token is bound to, or none].
+    #[arg(long, env = "TOOLROUTER_PROFILE")]
+    pub profile: Option<String>,
+}
+
+impl ClientArgs {
+    fn profile(&self) -> String {
+        self.profile.clone().unwrap_or_default()
+    }
 }
 
 /// `health`'s timeout unless `--timeout` says: a probe answers at once or not at all.
@@ -104,6 +114,7 @@ canonical_json!(
     proto::ResetConversationResponse,
     proto::ReloadRegistryResponse,
     proto::DescribeServerResponse,
+    proto::CheckToolCallResponse,
 );
 
 impl Answer for HealthCheckResponse {
@@ -206,6 +217,7 @@ pub(super) async fn route(args: &ClientArgs, message: String, route: RouteArgs) 
         max_tools: route.max_tools.unwrap_or_default(),
         token_budget: route.token_budget.unwrap_or_default(),
         include_prompt_section: false,
+        profile: args.profile(),
     };
     // With a format, the answer is the JSON a backend sends the provider: print exactly that.
     let render: fn(&proto::RouteResponse) = if route.format.is_some() {
@@ -292,6 +304,7 @@ pub(super) async fn search(
         limit,
         conversation_id: conversation.unwrap_or_default(),
         load,
+        profile: args.profile(),
     };
     exchange(
         args,
@@ -349,9 +362,12 @@ pub(super) async fn groups(args: &ClientArgs) -> Result<(), Failure> {
             .collect();
         print_table(&["GROUP", "ACTIVE", "CORE", "TOOLS", "SETTINGS KEYS"], &rows);
     };
+    let request = proto::ListGroupsRequest {
+        profile: args.profile(),
+    };
     exchange(
         args,
-        |mut c: Client| async move { c.list_groups(proto::ListGroupsRequest {}).await },
+        |mut c: Client| async move { c.list_groups(request).await },
         render,
     )
     .await
@@ -363,6 +379,7 @@ pub(super) async fn load(args: &ClientArgs, group: String, conversation: String)
         format: 0,
         conversation_id: conversation,
         group_name: group,
+        profile: args.profile(),
     };
     exchange(
         args,
@@ -394,9 +411,13 @@ pub(super) async fn tools(args: &ClientArgs) -> Result<(), Failure> {
             .collect();
         print_table(&["TOOL", "DOMAIN", "TIER", "DESCRIPTION"], &rows);
     };
+    let request = proto::ListAllToolsRequest {
+        profile: args.profile(),
+        ..Default::default()
+    };
     exchange(
         args,
-        |mut c: Client| async move { c.list_all_tools(proto::ListAllToolsRequest::default()).await },
+        |mut c: Client| async move { c.list_all_tools(request).await },
         render,
     )
     .await
@@ -479,4 +500,36 @@ fn render_describe(r: &proto::DescribeServerResponse) {
     out!("settings age:      {:.1} s", r.settings_age_seconds);
     out!("uptime:            {:.1} s", r.uptime_seconds);
     out!("configuration:\n{}", r.config_toml);
+}
+
+/// `check-call`: may the model call this tool now, and why not.
+pub(super) async fn check_call(
+    args: &ClientArgs,
+    tool: String,
+    conversation: Option<String>,
+) -> Result<(), Failure> {
+    let request = proto::CheckToolCallRequest {
+        tool_name: tool,
+        conversation_id: conversation.unwrap_or_default(),
+        profile: args.profile(),
+    };
+    exchange(
+        args,
+        |mut c: Client| async move { c.check_tool_call(request).await },
+        |r| {
+            out!("{}", r.text);
+            out!(
+                "allowed: {}; visible now: {}{}",
+                if r.allowed { "yes" } else { "no" },
+                if r.visible_now { "yes" } else { "no" },
+                if r.reason.is_empty() {
+                    String::new()
+                } else {
+                    format!("; reason: {}", r.reason)
+                }
+            );
+        },
+    )
+    .await
+    .map(drop)
 }

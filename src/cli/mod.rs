@@ -135,6 +135,18 @@ pub enum Command {
         #[command(flatten)]
         client: ClientArgs,
     },
+    /// May the model call this tool now? Prints whether it is allowed, whether `Route`
+    /// answers it for the conversation now, and the reason when it is not allowed.
+    CheckCall {
+        /// The tool's name.
+        tool: String,
+        /// The conversation the call is in.
+        #[arg(long)]
+        conversation: Option<String>,
+        /// Connection and output options.
+        #[command(flatten)]
+        client: ClientArgs,
+    },
     /// Forget one conversation's loaded groups and sticky hits.
     Reset {
         /// The conversation to forget.
@@ -292,6 +304,11 @@ pub async fn run(cli: Cli) -> ExitCode {
         } => client::load(&client, group, conversation).await,
         Command::Tools { client } => client::tools(&client).await,
         Command::Invalidate { client } => client::invalidate(&client).await,
+        Command::CheckCall {
+            tool,
+            conversation,
+            client,
+        } => client::check_call(&client, tool, conversation).await,
         Command::Reset { conversation, client } => client::reset(&client, conversation).await,
         Command::Reload { client } => client::reload(&client).await,
         Command::Describe { client } => client::describe(&client).await,

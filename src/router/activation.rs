@@ -3,21 +3,51 @@
 
 use std::collections::HashMap;
 
+use std::ops::Range;
+
+use super::policy::{Patterns, Profile};
 use super::{LOAD_TOOL_GROUP, SEARCH_TOOLS};
 use crate::registry::{DomainId, Registry, Tier, Tool};
 
+/// The settings key that holds the disabled tools: a JSON array of tool names or globs.
+pub const DISABLED_TOOLS_KEY: &str = "toolrouter.disabled_tools";
+
 /// All settings rows at one moment.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Snapshot {
     values: HashMap<String, String>,
+    /// The tools no consumer sees (from [`DISABLED_TOOLS_KEY`]).
+    disabled: Patterns,
+    /// Why the [`DISABLED_TOOLS_KEY`] value was ignored, when it was.
+    disabled_problem: Option<String>,
 }
 
 impl Snapshot {
     /// A snapshot of these rows.
     pub fn new(rows: impl IntoIterator<Item = (String, String)>) -> Snapshot {
+        let values: HashMap<String, String> = rows.into_iter().collect();
+        let (disabled, disabled_problem) = match values.get(DISABLED_TOOLS_KEY) {
+            Some(v) if !v.trim().is_empty() => match disabled_tools(v) {
+                Ok(p) => (p, None),
+                Err(why) => (Patterns::default(), Some(why)),
+            },
+            _ => (Patterns::default(), None),
+        };
         Snapshot {
-            values: rows.into_iter().collect(),
+            values,
+            disabled,
+            disabled_problem,
         }
+    }
+
+    /// The tools no consumer sees.
+    pub fn disabled(&self) -> &Patterns {
+        &self.disabled
+    }
+
+    /// Why the disabled-tools value was ignored (it is not a JSON array of names or globs).
+    pub fn disabled_problem(&self) -> Option<&str> {
+        self.disabled_problem.as_deref()
     }
 
     /// A snapshot that sets every settings key of `registry`, so every domain is active (for
@@ -42,12 +72,43 @@ impl Snapshot {
     }
 }
 
+/// Parses the disabled-tools value: a JSON array of non-empty tool names or globs.
+fn disabled_tools(value: &str) -> Result<Patterns, String> {
+    let names: Vec<String> = serde_json::from_str(value)
+        .map_err(|e| format!("`{DISABLED_TOOLS_KEY}` must be a JSON array of tool names or globs ({e})"))?;
+    if names.iter().any(|n| n.trim().is_empty()) {
+        return Err(format!("`{DISABLED_TOOLS_KEY}` holds an empty name"));
+    }
+    Patterns::new(&names).map_err(|e| format!("`{DISABLED_TOOLS_KEY}`: {e}"))
+}
+
+/// What a policy hides of a registry, tool by tool (absent when it hides nothing).
+#[derive(Debug, Clone)]
+struct Hidden {
+    /// `visible[t]` for every tool in registry order (domain order, then manifest order).
+    visible: Vec<bool>,
+    /// `first_tool[d]` is the registry-order index of domain `d`'s first tool.
+    first_tool: Vec<usize>,
+    /// Visible tools per domain.
+    counts: Vec<u32>,
+    /// Domains the profile's domain patterns let through.
+    allowed: Vec<bool>,
+    /// Domains the consumer sees: allowed, and left with tools (without a profile, also
+    /// those that never had any).
+    shown: Vec<bool>,
+}
+
 /// What the settings snapshot means for one registry: which domains are active, and the
 /// lists every answer draws from. Derived once per (registry, snapshot) pair, so a route
 /// costs what its answer holds, not what the registry holds.
 #[derive(Debug, Clone)]
 pub struct Activation {
+    /// Configured (by the settings) and visible (under the policy).
     pub(super) active: Vec<bool>,
+    /// Configured by the settings, whatever the policy.
+    configured: Vec<bool>,
+    /// What the policy hides; `None` when it hides nothing.
+    hidden: Option<Hidden>,
     /// Active core domains, by name.
     pub(super) core: Vec<DomainId>,
     /// Active non-core domains with `fallback = true`, by name.
@@ -61,13 +122,26 @@ pub struct Activation {
 }
 
 impl Activation {
-    /// Derives activation from a settings snapshot.
+    /// Derives activation from a settings snapshot, for a consumer without a profile.
     pub fn new(registry: &Registry, settings: &Snapshot) -> Activation {
-        let active: Vec<bool> = registry
+        Activation::scoped(registry, settings, None)
+    }
+
+    /// Derives activation from a settings snapshot for a consumer with this profile (none:
+    /// only the disabled tools are hidden). A domain is active when its settings are and the
+    /// policy leaves it visible: a domain the profile's domain patterns refuse, or whose
+    /// tools are all hidden, is not (nor, under a profile, one without tools).
+    pub fn scoped(registry: &Registry, settings: &Snapshot, profile: Option<&Profile>) -> Activation {
+        let configured: Vec<bool> = registry
             .domains()
             .iter()
             .map(|d| d.settings_keys.is_empty() || d.settings_keys.iter().any(|k| settings.is_set(k)))
             .collect();
+        let hidden = hide(registry, settings.disabled(), profile);
+        let active: Vec<bool> = match &hidden {
+            None => configured.clone(),
+            Some(h) => configured.iter().zip(&h.shown).map(|(&c, &s)| c && s).collect(),
+        };
         let ids = |pred: &dyn Fn(DomainId) -> bool| -> Vec<DomainId> {
             registry
                 .domain_ids()
@@ -76,11 +150,18 @@ impl Activation {
         };
         let core = ids(&|d| registry.domain(d).core);
         let fallback = ids(&|d| !registry.domain(d).core && registry.domain(d).fallback);
-        let loadable = ids(&|d| !registry.domain(d).core && !registry.domain(d).tools.is_empty());
+        let count = |d: DomainId| {
+            hidden
+                .as_ref()
+                .map_or(registry.domain(d).tools.len(), |h| h.counts[d.index()] as usize)
+        };
+        let loadable = ids(&|d| !registry.domain(d).core && count(d) > 0);
         let meta_tool = (!loadable.is_empty()).then(|| meta_tool(registry, &loadable));
         let search_tool = (!loadable.is_empty()).then(search_tool);
         Activation {
             active,
+            configured,
+            hidden,
             core,
             fallback,
             loadable,
@@ -92,6 +173,83 @@ impl Activation {
     /// Whether a domain is active.
     pub fn is_active(&self, d: DomainId) -> bool {
         self.active[d.index()]
+    }
+
+    /// Whether a domain's settings keys have values, whatever the policy.
+    pub fn is_configured(&self, d: DomainId) -> bool {
+        self.configured[d.index()]
+    }
+
+    /// Whether the consumer sees a domain (whatever the settings): the profile's domain
+    /// patterns let it through and the policy leaves it tools.
+    pub fn is_visible(&self, d: DomainId) -> bool {
+        self.hidden.as_ref().is_none_or(|h| h.shown[d.index()])
+    }
+
+    /// Whether the profile's domain patterns let a domain through.
+    pub fn is_allowed(&self, d: DomainId) -> bool {
+        self.hidden.as_ref().is_none_or(|h| h.allowed[d.index()])
+    }
+
+    /// Whether tool `i` of domain `d` is visible under the policy.
+    pub fn tool_visible(&self, d: DomainId, i: usize) -> bool {
+        self.hidden
+            .as_ref()
+            .is_none_or(|h| h.visible[h.first_tool[d.index()] + i])
+    }
+
+    /// Visibility of every tool in registry order; `None` when every tool is visible.
+    pub fn tool_mask(&self) -> Option<&[bool]> {
+        self.hidden.as_ref().map(|h| h.visible.as_slice())
+    }
+
+    /// How many of a domain's tools are visible.
+    pub fn visible_count(&self, registry: &Registry, d: DomainId) -> usize {
+        self.hidden
+            .as_ref()
+            .map_or(registry.domain(d).tools.len(), |h| h.counts[d.index()] as usize)
+    }
+
+    /// A domain's visible tools, in manifest order.
+    pub fn visible_tools<'a>(
+        &'a self,
+        registry: &'a Registry,
+        d: DomainId,
+    ) -> impl Iterator<Item = &'a Tool> + 'a {
+        registry
+            .domain(d)
+            .tools
+            .iter()
+            .enumerate()
+            .filter(move |&(i, _)| self.tool_visible(d, i))
+            .map(|(_, t)| t)
+    }
+
+    /// Splits a domain's tools, given as their registry-order `range`, into the runs of
+    /// visible ones (the whole range when nothing is hidden), in order.
+    pub fn runs(&self, range: Range<usize>) -> impl Iterator<Item = Range<usize>> + '_ {
+        let mask = self.hidden.as_ref().map(|h| &h.visible[range.clone()]);
+        let mut i = 0;
+        std::iter::from_fn(move || {
+            let n = range.len();
+            match mask {
+                None if i == 0 && n > 0 => {
+                    i = n;
+                    Some(range.clone())
+                }
+                None => None,
+                Some(m) => {
+                    while i < n && !m[i] {
+                        i += 1;
+                    }
+                    let start = i;
+                    while i < n && m[i] {
+                        i += 1;
+                    }
+                    (start < i).then(|| range.start + start..range.start + i)
+                }
+            }
+        })
     }
 
     /// Active domains, by name.
@@ -142,6 +300,37 @@ impl Activation {
             lines.join("\n")
         )
     }
+}
+
+/// What the disabled tools and the profile hide; `None` when they hide nothing.
+fn hide(registry: &Registry, disabled: &Patterns, profile: Option<&Profile>) -> Option<Hidden> {
+    if disabled.is_empty() && profile.is_none() {
+        return None;
+    }
+    let domains = registry.domains();
+    let mut hidden = Hidden {
+        visible: Vec::with_capacity(registry.tool_count()),
+        first_tool: Vec::with_capacity(domains.len()),
+        counts: Vec::with_capacity(domains.len()),
+        allowed: Vec::with_capacity(domains.len()),
+        shown: Vec::with_capacity(domains.len()),
+    };
+    for d in domains {
+        let allowed = profile.is_none_or(|p| p.allows_domain(&d.name));
+        hidden.first_tool.push(hidden.visible.len());
+        hidden.allowed.push(allowed);
+        let mut count = 0;
+        for t in &d.tools {
+            let visible = allowed && !disabled.matches(&t.name) && profile.is_none_or(|p| p.allows_tool(t));
+            count += u32::from(visible);
+            hidden.visible.push(visible);
+        }
+        hidden.counts.push(count);
+        hidden
+            .shown
+            .push(allowed && (count > 0 || (profile.is_none() && d.tools.is_empty())));
+    }
+    Some(hidden)
 }
 
 fn meta_tool(registry: &Registry, loadable: &[DomainId]) -> Tool {

@@ -21,6 +21,32 @@ pub struct Limits {
     pub token_budget: Option<u64>,
 }
 
+impl Limits {
+    /// The limits a `Route` call gets: the request's (`max_tools`, `token_budget`; 0 = not
+    /// given), else its profile's, else the server's; a profile's limit is also a ceiling
+    /// the request cannot raise.
+    pub fn resolve(
+        request: (u32, u32),
+        profile: Option<(Option<u32>, Option<u32>)>,
+        server: Limits,
+    ) -> Limits {
+        let (profile_tools, profile_tokens) = profile.unwrap_or_default();
+        let pick = |asked: u32, ceiling: Option<u32>, default: Option<u64>| -> Option<u64> {
+            let ceiling = ceiling.filter(|&c| c > 0).map(u64::from);
+            match (asked, ceiling) {
+                (0, None) => default,
+                (0, Some(c)) => Some(c),
+                (n, None) => Some(u64::from(n)),
+                (n, Some(c)) => Some(u64::from(n).min(c)),
+            }
+        };
+        Limits {
+            max_tools: pick(request.0, profile_tools, server.max_tools),
+            token_budget: pick(request.1, profile_tokens, server.token_budget),
+        }
+    }
+}
+
 /// What a part of an answer costs.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Cost {
@@ -157,6 +183,36 @@ mod tests {
             reason,
             score,
             cost: Cost { tools, tokens },
+        }
+    }
+
+    #[test]
+    fn limits_come_from_the_request_then_the_profile_then_the_server() {
+        let server = Limits {
+            max_tools: Some(128),
+            token_budget: None,
+        };
+        let l = |tools, tokens| Limits {
+            max_tools: tools,
+            token_budget: tokens,
+        };
+        type ProfileLimits = Option<(Option<u32>, Option<u32>)>;
+        let cases: &[((u32, u32), ProfileLimits, Limits)] = &[
+            ((0, 0), None, server),
+            ((10, 500), None, l(Some(10), Some(500))),
+            ((200, 0), None, l(Some(200), None)),
+            ((0, 0), Some((Some(20), None)), l(Some(20), None)),
+            ((0, 0), Some((None, Some(900))), l(Some(128), Some(900))),
+            ((10, 0), Some((Some(20), None)), l(Some(10), None)),
+            ((50, 0), Some((Some(20), None)), l(Some(20), None)),
+            ((0, 2000), Some((None, Some(900))), l(Some(128), Some(900))),
+        ];
+        for &(request, profile, want) in cases {
+            assert_eq!(
+                Limits::resolve(request, profile, server),
+                want,
+                "{request:?} {profile:?}"
+            );
         }
     }
 

@@ -7,10 +7,12 @@ use std::ops::Range;
 mod activation;
 pub mod budget;
 mod conversation;
+pub mod policy;
 
-pub use activation::{Activation, Snapshot};
+pub use activation::{Activation, DISABLED_TOOLS_KEY, Snapshot};
 pub(crate) use conversation::Mark;
 pub use conversation::{Conversation, Member};
+pub use policy::{Patterns, Profile, ProfileId, Profiles};
 
 use crate::error::{Error, Result};
 use crate::matcher::Matcher;
@@ -151,12 +153,12 @@ impl Decision {
             + self
                 .domains
                 .iter()
-                .map(|inc| registry.domain(inc.domain).tools.len())
+                .map(|inc| activation.visible_count(registry, inc.domain))
                 .sum::<usize>()
     }
 
     /// The tools of the answer, in order: the meta-tools (when exposed), then each included
-    /// domain's tools in manifest order.
+    /// domain's visible tools in manifest order.
     pub fn tools<'a>(
         &'a self,
         registry: &'a Registry,
@@ -165,8 +167,10 @@ impl Decision {
         self.meta_tools(activation)
             .map(|t| ("", t))
             .chain(self.domains.iter().flat_map(move |inc| {
-                let d = registry.domain(inc.domain);
-                d.tools.iter().map(move |t| (d.name.as_str(), t))
+                let name = registry.domain(inc.domain).name.as_str();
+                activation
+                    .visible_tools(registry, inc.domain)
+                    .map(move |t| (name, t))
             }))
     }
 }
@@ -243,12 +247,15 @@ pub fn route(
     };
     let search = if run_search {
         let keyword_hit = |d: DomainId| hits.binary_search_by_key(&d, |(h, _)| *h).is_ok();
-        inputs.index.domain_hits(message, &options.search, |d| {
+        let eligible = |d: DomainId| {
             activation.is_active(d)
                 && !registry.domain(d).core
-                && !registry.domain(d).tools.is_empty()
+                && activation.visible_count(registry, d) > 0
                 && !keyword_hit(d)
-        })
+        };
+        inputs
+            .index
+            .domain_hits(message, &options.search, activation.tool_mask(), eligible)
     } else {
         Vec::new()
     };
@@ -314,7 +321,7 @@ pub fn route(
             }
         }
     }
-    domains.retain(|inc| !registry.domain(inc.domain).tools.is_empty());
+    domains.retain(|inc| activation.visible_count(registry, inc.domain) > 0);
     Decision {
         meta_tool: options.expose_load_tool_group && activation.meta_tool.is_some(),
         search_tool: options.expose_search_tools && activation.search_tool.is_some(),
@@ -343,8 +350,9 @@ pub struct Load {
     pub already_loaded: bool,
 }
 
-/// Checks a `LoadToolGroup` request against the registry, settings and conversation
-/// (SPEC §5). The group name matches exactly.
+/// Checks a `LoadToolGroup` request against the registry, settings, policy and
+/// conversation (SPEC §5, §10). The group name matches exactly; a group the profile's
+/// domain patterns refuse is not found, and one the policy leaves without tools has none.
 ///
 /// # Errors
 /// [`Error::GroupNotFound`], [`Error::GroupNotConfigured`] or [`Error::GroupWithoutTools`].
@@ -354,7 +362,7 @@ pub fn load(
     conversation: &Conversation,
     group: &str,
 ) -> Result<Load> {
-    let Some(d) = registry.find(group) else {
+    let Some(d) = registry.find(group).filter(|&d| activation.is_allowed(d)) else {
         return Err(Error::GroupNotFound {
             group: group.to_string(),
             available: activation
@@ -365,13 +373,13 @@ pub fn load(
         });
     };
     let domain = registry.domain(d);
-    if !activation.is_active(d) {
+    if !activation.is_configured(d) {
         return Err(Error::GroupNotConfigured {
             group: group.to_string(),
             keys: domain.settings_keys.clone(),
         });
     }
-    if domain.tools.is_empty() {
+    if activation.visible_count(registry, d) == 0 {
         return Err(Error::GroupWithoutTools {
             group: group.to_string(),
         });
@@ -383,19 +391,94 @@ pub fn load(
     })
 }
 
-/// The text a successful load answers with, for the model to read.
-pub(crate) fn load_text(registry: &Registry, d: DomainId) -> String {
+/// The text a successful load answers with, for the model to read: the group's visible
+/// tools.
+pub(crate) fn load_text(registry: &Registry, activation: &Activation, d: DomainId) -> String {
     let domain = registry.domain(d);
-    let n = domain.tools.len();
+    let n = activation.visible_count(registry, d);
     let mut text = format!(
         "Loaded {n} {} from group '{}':",
         if n == 1 { "tool" } else { "tools" },
         domain.display_name
     );
-    for t in &domain.tools {
+    for t in activation.visible_tools(registry, d) {
         text.push_str(&format!("\n- {}: {}", t.name, t.description));
     }
     text
+}
+
+/// Why a tool may not be called now (SPEC §10 `CheckToolCall`), in the order checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// No tool has this name.
+    UnknownTool,
+    /// The consumer's profile does not let it see the tool.
+    DeniedByProfile,
+    /// The settings' disabled tools name it.
+    Disabled,
+    /// None of its domain's settings keys has a value.
+    NotConfigured {
+        /// The domain's settings keys.
+        keys: Vec<String>,
+    },
+    /// Its domain is not in what `Route` answers for the conversation now; loading the
+    /// group brings it in.
+    NeedsLoad {
+        /// The group to load.
+        group: String,
+    },
+}
+
+impl Refusal {
+    /// The reason's name on the wire.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Refusal::UnknownTool => "unknown_tool",
+            Refusal::DeniedByProfile => "denied_by_profile",
+            Refusal::Disabled => "disabled",
+            Refusal::NotConfigured { .. } => "not_configured",
+            Refusal::NeedsLoad { .. } => "needs_load",
+        }
+    }
+}
+
+/// Where a tool call stands: the tool's domain when the name is known, and why the call is
+/// refused, if it is (SPEC §10). `activation` is the consumer's (its profile and the
+/// settings applied); `shown` says whether a domain is in what `Route` answers for the
+/// conversation now.
+pub fn check_call(
+    registry: &Registry,
+    settings: &Snapshot,
+    profile: Option<&Profile>,
+    activation: &Activation,
+    tool: &str,
+    shown: impl Fn(DomainId) -> bool,
+) -> (Option<DomainId>, Option<Refusal>) {
+    let found = registry.domain_ids().find_map(|d| {
+        let tools = &registry.domain(d).tools;
+        tools.iter().position(|t| t.name == tool).map(|i| (d, i))
+    });
+    let Some((d, i)) = found else {
+        return (None, Some(Refusal::UnknownTool));
+    };
+    let domain = registry.domain(d);
+    let t = &domain.tools[i];
+    let refusal = if profile.is_some_and(|p| !p.allows_domain(&domain.name) || !p.allows_tool(t)) {
+        Some(Refusal::DeniedByProfile)
+    } else if settings.disabled().matches(&t.name) {
+        Some(Refusal::Disabled)
+    } else if !activation.is_configured(d) {
+        Some(Refusal::NotConfigured {
+            keys: domain.settings_keys.clone(),
+        })
+    } else if !shown(d) {
+        Some(Refusal::NeedsLoad {
+            group: domain.name.clone(),
+        })
+    } else {
+        None
+    };
+    (Some(d), refusal)
 }
 
 #[cfg(test)]

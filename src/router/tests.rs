@@ -759,11 +759,11 @@ fn loading_answers_each_case_with_the_exact_text() {
 fn the_load_text_lists_each_tool_and_counts_one_tool_in_the_singular() {
     let f = fixture();
     assert_eq!(
-        load_text(&f.registry, f.registry.find("media").unwrap()),
+        load_text(&f.registry, &f.activation, f.registry.find("media").unwrap()),
         "Loaded 2 tools from group 'Media':\n- m1: M1\n- m2: M2"
     );
     assert_eq!(
-        load_text(&f.registry, f.registry.find("lights").unwrap()),
+        load_text(&f.registry, &f.activation, f.registry.find("lights").unwrap()),
         "Loaded 1 tool from group 'Lights':\n- l1: L"
     );
 }
@@ -821,4 +821,265 @@ fn recording_hits_and_loads_keeps_join_order_and_changes_only_what_it_must() {
         c.apply(change);
         assert_eq!(c, conv(step.after), "step {n}");
     }
+}
+
+/// A profile from glob lists.
+fn profile(allow_domains: &[&str], deny_domains: &[&str], deny_tools: &[&str], max_tier: Tier) -> Profile {
+    let globs = |p: &[&str]| Patterns::new(&p.iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap();
+    Profile {
+        allow_domains: globs(allow_domains),
+        deny_domains: globs(deny_domains),
+        deny_tools: globs(deny_tools),
+        max_tier,
+        ..Profile::open("p")
+    }
+}
+
+/// One turn under a policy: what it must get.
+struct PolicyCase {
+    rule: &'static str,
+    profile: Option<Profile>,
+    /// The `toolrouter.disabled_tools` value, if any.
+    disabled: Option<&'static str>,
+    conversation: Option<Members>,
+    message: &'static str,
+    domains: &'static [(&'static str, Reason)],
+    /// Every tool of the answer, meta-tools included, in order.
+    tools: &'static [&'static str],
+    /// The groups `load_tool_group`'s enum offers.
+    loadable: &'static [&'static str],
+}
+
+#[test]
+fn a_policy_routes_over_what_the_consumer_may_see() {
+    const D: Tier = Tier::Destructive;
+    let meta = ["load_tool_group", "search_tools"];
+    let cases = vec![
+        PolicyCase {
+            rule: "a keyword hit on a domain the profile hides does not count: fallback over what it sees",
+            profile: Some(profile(&["base", "media"], &[], &[], D)),
+            disabled: None,
+            conversation: None,
+            message: "turn on the light",
+            domains: &[("base", Core), ("media", Fallback)],
+            tools: &["load_tool_group", "search_tools", "b1", "m1", "m2"],
+            loadable: &["media"],
+        },
+        PolicyCase {
+            rule: "a hit on a domain the profile sees routes as usual",
+            profile: Some(profile(&["base", "media"], &[], &[], D)),
+            disabled: None,
+            conversation: None,
+            message: "play a film",
+            domains: &[("base", Core), ("media", Keyword)],
+            tools: &["load_tool_group", "search_tools", "b1", "m1", "m2"],
+            loadable: &["media"],
+        },
+        PolicyCase {
+            rule: "denied tools leave the rest of their domain",
+            profile: Some(profile(&[], &[], &["m2", "n*"], D)),
+            disabled: None,
+            conversation: None,
+            message: "play a film",
+            domains: &[("base", Core), ("media", Keyword)],
+            tools: &["load_tool_group", "search_tools", "b1", "m1"],
+            loadable: &["lights", "media", "quiet"],
+        },
+        PolicyCase {
+            rule: "a hidden core domain is not in the answer and its keyword routes nothing",
+            profile: Some(profile(&[], &["base"], &[], D)),
+            disabled: None,
+            conversation: None,
+            message: "base",
+            domains: &[("lights", Fallback), ("media", Fallback), ("nokw", Fallback)],
+            tools: &["load_tool_group", "search_tools", "l1", "m1", "m2", "n1"],
+            loadable: &["lights", "media", "nokw", "quiet"],
+        },
+        PolicyCase {
+            rule: "max_tier read hides tools without a tier (they count as destructive)",
+            profile: Some(profile(&[], &[], &[], Tier::Read)),
+            disabled: None,
+            conversation: None,
+            message: "play a film",
+            domains: &[],
+            tools: &[],
+            loadable: &[],
+        },
+        PolicyCase {
+            rule: "disabled tools hide from a consumer without a profile; a domain left without tools is out",
+            profile: None,
+            disabled: Some(r#"["m*"]"#),
+            conversation: None,
+            message: "play a film",
+            domains: &[("base", Core), ("lights", Fallback), ("nokw", Fallback)],
+            tools: &["load_tool_group", "search_tools", "b1", "l1", "n1"],
+            loadable: &["lights", "nokw", "quiet"],
+        },
+        PolicyCase {
+            rule: "disabled tools hide under every profile too",
+            profile: Some(profile(&["lights", "media"], &[], &[], D)),
+            disabled: Some(r#"["l1", "m2"]"#),
+            conversation: None,
+            message: "turn on the light",
+            domains: &[("media", Fallback)],
+            tools: &["load_tool_group", "search_tools", "m1"],
+            loadable: &["media"],
+        },
+        PolicyCase {
+            rule: "a conversation's loaded group the profile hides is not in the answer",
+            profile: Some(profile(&["base", "media"], &[], &[], D)),
+            disabled: None,
+            conversation: Some(&[("lights", true, false), ("media", false, true)]),
+            message: "hello",
+            domains: &[("base", Core), ("media", Sticky)],
+            tools: &["load_tool_group", "search_tools", "b1", "m1", "m2"],
+            loadable: &["media"],
+        },
+        PolicyCase {
+            rule: "a disabled-tools value that is not a JSON array is ignored",
+            profile: None,
+            disabled: Some("m1"),
+            conversation: None,
+            message: "play a film",
+            domains: &[("base", Core), ("media", Keyword)],
+            tools: &["load_tool_group", "search_tools", "b1", "m1", "m2"],
+            loadable: &["lights", "media", "nokw", "quiet"],
+        },
+    ];
+    let f = fixture();
+    for mode in [SearchMode::Off, SearchMode::Augment] {
+        for case in &cases {
+            let mut rows = vec![("media_key".to_string(), "secret".to_string())];
+            if let Some(d) = case.disabled {
+                rows.push((DISABLED_TOOLS_KEY.to_string(), d.to_string()));
+            }
+            let settings = Snapshot::new(rows);
+            let activation = Activation::scoped(&f.registry, &settings, case.profile.as_ref());
+            let options = Options {
+                search: SearchOptions {
+                    mode,
+                    ..SearchOptions::default()
+                },
+                ..Options::default()
+            };
+            let c = case.conversation.map(conv);
+            let d = route(f.inputs(), &activation, c.as_ref(), case.message, &options);
+            let domains: Vec<(&str, Reason)> = d
+                .domains
+                .iter()
+                .map(|inc| (f.registry.domain(inc.domain).name.as_str(), inc.reason))
+                .collect();
+            assert_eq!(domains, case.domains, "{} ({mode:?})", case.rule);
+            let tools: Vec<&str> = d
+                .tools(&f.registry, &activation)
+                .map(|(_, t)| t.name.as_str())
+                .collect();
+            assert_eq!(tools, case.tools, "{}", case.rule);
+            assert_eq!(
+                d.tool_count(&f.registry, &activation),
+                tools.len(),
+                "{}",
+                case.rule
+            );
+            let loadable: Vec<&str> = activation
+                .loadable()
+                .iter()
+                .map(|&d| f.registry.domain(d).name.as_str())
+                .collect();
+            assert_eq!(loadable, case.loadable, "{}", case.rule);
+            if let Some(m) = activation.meta_tool() {
+                assert!(!case.loadable.is_empty() && tools.starts_with(&meta));
+                let schema: serde_json::Value = serde_json::from_str(&m.input_schema_json).unwrap();
+                assert_eq!(
+                    schema["properties"]["group_name"]["enum"],
+                    serde_json::json!(case.loadable),
+                    "{}: the meta-tool offers only what the consumer sees",
+                    case.rule
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn a_load_under_a_policy_sees_only_what_the_consumer_may_see() {
+    let f = fixture();
+    let settings = Snapshot::new([
+        ("media_key".to_string(), "secret".to_string()),
+        (DISABLED_TOOLS_KEY.to_string(), r#"["l1"]"#.to_string()),
+    ]);
+    let p = profile(&["media", "lights", "torrent"], &[], &["m2"], Tier::Destructive);
+    let activation = Activation::scoped(&f.registry, &settings, Some(&p));
+    let c = conv(&[]);
+    let load = |g: &str| super::load(&f.registry, &activation, &c, g).map_err(|e| e.to_string());
+    assert_eq!(
+        load("nokw").unwrap_err(),
+        "Tool group 'nokw' not found. Available groups: media",
+        "a group the profile's domain patterns refuse is not found"
+    );
+    assert_eq!(
+        load("lights").unwrap_err(),
+        "Tool group 'lights' has no available tools.",
+        "a group whose tools are all hidden has none"
+    );
+    assert_eq!(
+        load("torrent").unwrap_err(),
+        "Tool group 'torrent' is not configured: set one of qbt_url, qbt_pass."
+    );
+    let media = load("media").unwrap();
+    assert_eq!(
+        load_text(&f.registry, &activation, media.domain),
+        "Loaded 1 tool from group 'Media':\n- m1: M1",
+        "the load text lists only visible tools"
+    );
+}
+
+#[test]
+fn a_tool_call_check_gives_every_reason_in_order() {
+    let f = fixture();
+    let settings = Snapshot::new([(DISABLED_TOOLS_KEY.to_string(), r#"["n1"]"#.to_string())]);
+    let p = profile(&[], &["quiet"], &["l1"], Tier::Destructive);
+    let activation = Activation::scoped(&f.registry, &settings, Some(&p));
+    let shown = |d: DomainId| f.registry.domain(d).name != "media" && f.registry.domain(d).name != "torrent";
+    let cases: &[(&str, Option<&Profile>, Option<Refusal>)] = &[
+        ("nope", Some(&p), Some(Refusal::UnknownTool)),
+        ("q1", Some(&p), Some(Refusal::DeniedByProfile)),
+        ("l1", Some(&p), Some(Refusal::DeniedByProfile)),
+        ("n1", Some(&p), Some(Refusal::Disabled)),
+        (
+            "t1",
+            Some(&p),
+            Some(Refusal::NotConfigured {
+                keys: vec!["qbt_url".into(), "qbt_pass".into()],
+            }),
+        ),
+        (
+            "m1",
+            Some(&p),
+            Some(Refusal::NotConfigured {
+                keys: vec!["media_url".into(), "media_key".into()],
+            }),
+        ),
+        ("b1", Some(&p), None),
+        ("l1", None, None),
+    ];
+    for (tool, profile, want) in cases {
+        let activation = match profile {
+            Some(_) => activation.clone(),
+            None => Activation::new(&f.registry, &settings),
+        };
+        let (_, got) = check_call(&f.registry, &settings, *profile, &activation, tool, shown);
+        assert_eq!(&got, want, "{tool}");
+    }
+    let configured = Snapshot::new([("media_key".to_string(), "k".to_string())]);
+    let activation = Activation::scoped(&f.registry, &configured, Some(&p));
+    let (d, got) = check_call(&f.registry, &configured, Some(&p), &activation, "m1", shown);
+    assert_eq!(f.registry.domain(d.unwrap()).name, "media");
+    assert_eq!(
+        got,
+        Some(Refusal::NeedsLoad {
+            group: "media".into()
+        }),
+        "configured but not in the answer now: load it"
+    );
 }

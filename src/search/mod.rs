@@ -445,8 +445,15 @@ impl SearchIndex {
     /// tool (ties go to the earlier tool, so the explanation is deterministic). `chains`
     /// holds the domain's postings for the terms, in term order; each tool's weights are
     /// summed in that order, as [`SearchIndex::accumulate`] does. `local` is scratch of at
-    /// least the domain's tool count, all zero, and left so.
-    fn domain_score(&self, d: u32, chains: &Chains, local: &mut [f32]) -> (f32, u32) {
+    /// least the domain's tool count, all zero, and left so. Also the best score of any of
+    /// its tools, `visible` or not: a segment about hidden tools is still about them.
+    fn domain_score(
+        &self,
+        d: u32,
+        chains: &Chains,
+        local: &mut [f32],
+        visible: Option<&[bool]>,
+    ) -> ((f32, u32), f32) {
         let first = self.domain_start[d as usize];
         let mut postings = 0;
         for j in chains.of(d) {
@@ -461,11 +468,16 @@ impl SearchIndex {
         // the domain's tools in order when they are no more than the postings, else over the
         // postings (a tool met again has its score taken already, 0).
         let mut best = (0f32, 0u32);
+        let mut any = 0f32;
+        // A hidden tool is never the domain's best (its score is still taken, to zero the
+        // scratch, and counts in `any`).
+        let shown = |tool: u32| visible.is_none_or(|v| v[tool as usize]);
         let tools = (self.domain_start[d as usize + 1] - first) as usize;
         if tools <= postings {
             for (i, s) in local[..tools].iter_mut().enumerate() {
                 let s = std::mem::take(s);
-                if s > best.0 {
+                any = any.max(s);
+                if s > best.0 && shown(first + i as u32) {
                     best = (s, first + i as u32);
                 }
             }
@@ -474,13 +486,14 @@ impl SearchIndex {
                 let p = &self.dom_post[j];
                 for &tool in &self.post_tool[p.start as usize..p.end as usize] {
                     let s = std::mem::take(&mut local[(tool - first) as usize]);
-                    if s > best.0 || (s == best.0 && s > 0.0 && tool < best.1) {
+                    any = any.max(s);
+                    if (s > best.0 || (s == best.0 && s > 0.0 && tool < best.1)) && shown(tool) {
                         best = (s, tool);
                     }
                 }
             }
         }
-        best
+        (best, any)
     }
 
     fn postings(&self, term: TermId) -> (&[u32], &[f32]) {
@@ -533,23 +546,25 @@ impl SearchIndex {
     /// The domains a message is about, by segment (see the module documentation), among
     /// those `eligible` accepts (the router passes active, non-core domains with tools).
     /// Every domain competes for a segment's best score, so a segment about a core or an
-    /// inactive domain does not hand its hits to weaker ones. Sorted by domain.
+    /// inactive domain does not hand its hits to weaker ones. A domain scores by its best
+    /// tool among the `visible` ones (registry order; all when `None`). Sorted by domain.
     pub(crate) fn domain_hits(
         &self,
         message: &str,
         options: &SearchOptions,
+        visible: Option<&[bool]>,
         eligible: impl Fn(DomainId) -> bool,
     ) -> Vec<DomainHit> {
         SCRATCH.with(|cell| match cell.try_borrow_mut() {
             Ok(mut scratch) => {
-                let hits = self.domain_hits_in(&mut scratch, message, options, eligible);
+                let hits = self.domain_hits_in(&mut scratch, message, options, visible, eligible);
                 if scratch.text.capacity().max(scratch.chains.entries.capacity()) > SCRATCH_KEEP {
                     *scratch = Scratch::default();
                 }
                 hits
             }
             // Called again from `eligible`: scratch of its own.
-            Err(_) => self.domain_hits_in(&mut Scratch::default(), message, options, eligible),
+            Err(_) => self.domain_hits_in(&mut Scratch::default(), message, options, visible, eligible),
         })
     }
 
@@ -559,6 +574,7 @@ impl SearchIndex {
         scratch: &mut Scratch,
         message: &str,
         options: &SearchOptions,
+        visible: Option<&[bool]>,
         eligible: impl Fn(DomainId) -> bool,
     ) -> Vec<DomainHit> {
         scratch.reset(self.domain_start.len() - 1, self.max_domain_tools);
@@ -616,8 +632,8 @@ impl SearchIndex {
                 .iter()
                 .max_by(|&&a, &&b| chains.bound(a).total_cmp(&chains.bound(b)).then(b.cmp(&a)))
             {
-                let (s, tool) = self.domain_score(first, chains, local);
-                top = s;
+                let ((s, tool), any) = self.domain_score(first, chains, local, visible);
+                top = any;
                 let ok = eligible(DomainId::at(first as usize));
                 if ok {
                     keep(kept, s);
@@ -639,8 +655,8 @@ impl SearchIndex {
                     if b < pruning * top || (kept.len() == cap && kept.last().is_some_and(|&k| b < k)) {
                         break;
                     }
-                    let (s, tool) = self.domain_score(d, chains, local);
-                    top = top.max(s);
+                    let ((s, tool), any) = self.domain_score(d, chains, local, visible);
+                    top = top.max(any);
                     let ok = eligible(DomainId::at(d as usize));
                     if ok {
                         keep(kept, s);
@@ -690,14 +706,21 @@ impl SearchIndex {
 
     /// The best tools for a query over the whole registry, best first (SPEC §5
     /// `SearchTools`): a tool whose name equals the query (ignoring case and surrounding
-    /// space) first, then by score, ties by registry order. At most `limit`.
-    pub fn search_tools(&self, query: &str, limit: usize) -> Vec<ToolMatch> {
+    /// space) first, then by score, ties by registry order. At most `limit`, among the
+    /// `visible` tools (registry order; all when `None`).
+    pub fn search_tools(&self, query: &str, limit: usize, visible: Option<&[bool]>) -> Vec<ToolMatch> {
         let terms = self.query_terms(query);
         let mut scores = vec![0f32; self.tool_domain.len()];
         let mut touched = Vec::new();
         self.accumulate(&terms, &mut scores, &mut touched);
+        let shown = |tool: u32| visible.is_none_or(|v| v[tool as usize]);
+        touched.retain(|&t| shown(t));
         touched.sort_by(|&a, &b| scores[b as usize].total_cmp(&scores[a as usize]).then(a.cmp(&b)));
-        let exact = self.names.get(&query.trim().to_lowercase()).copied();
+        let exact = self
+            .names
+            .get(&query.trim().to_lowercase())
+            .copied()
+            .filter(|&t| shown(t));
         let top = touched.first().map_or(0.0, |&t| scores[t as usize]);
         let ranked = exact
             .into_iter()

@@ -41,7 +41,7 @@ fn index() -> (Registry, SearchIndex) {
 /// The domains a query ranks, best first, by name.
 fn ranked(registry: &Registry, index: &SearchIndex, query: &str) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
-    for hit in index.search_tools(query, 20) {
+    for hit in index.search_tools(query, 20, None) {
         let name = &registry.domain(hit.domain).name;
         if !out.contains(name) {
             out.push(name.clone());
@@ -78,7 +78,7 @@ fn scoring_ranks_by_word_pairs_and_by_domain_rarity() {
 #[test]
 fn a_pair_is_explained_by_its_words_only() {
     let (registry, index) = index();
-    let hits = index.search_tools("weather forecast", 1);
+    let hits = index.search_tools("weather forecast", 1, None);
     assert_eq!(registry.domain(hits[0].domain).name, "forecast");
     assert_eq!(hits[0].terms, ["weather", "forecast"]);
 }
@@ -86,9 +86,9 @@ fn a_pair_is_explained_by_its_words_only() {
 #[test]
 fn a_pair_outscores_its_words_apart() {
     let (_, index) = index();
-    let together = index.search_tools("weather forecast", 1)[0].score;
+    let together = index.search_tools("weather forecast", 1, None)[0].score;
     // A word the index does not have breaks the pair, as in a document.
-    let apart = index.search_tools("weather zebra forecast", 1)[0].score;
+    let apart = index.search_tools("weather zebra forecast", 1, None)[0].score;
     assert!(together > apart, "together {together} vs apart {apart}");
 }
 
@@ -104,8 +104,8 @@ fn a_word_many_tools_of_one_domain_share_counts_more_with_the_domain_idf() {
                 ..Bm25::default()
             },
         );
-        let patient = index.search_tools("patient", 1)[0].score;
-        let meeting = index.search_tools("meeting", 1)[0].score;
+        let patient = index.search_tools("patient", 1, None)[0].score;
+        let meeting = index.search_tools("meeting", 1, None)[0].score;
         patient / meeting
     };
     assert!(

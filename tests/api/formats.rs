@@ -126,6 +126,7 @@ async fn load_list_all_and_search_answer_every_format() {
         let all = app
             .list_all_tools_with(ListAllToolsRequest {
                 format: format.into(),
+                ..Default::default()
             })
             .await
             .unwrap();
@@ -144,6 +145,7 @@ async fn load_list_all_and_search_answer_every_format() {
                 conversation_id: "c1".into(),
                 group_name: "docker".into(),
                 format: format.into(),
+                ..Default::default()
             })
             .await
             .unwrap();
@@ -170,7 +172,10 @@ async fn an_unknown_format_is_an_invalid_argument_on_every_rpc() {
     assert_eq!(e.code(), Code::InvalidArgument);
     assert_eq!(e.message(), "'format' has an unknown value 99.");
     let e = app
-        .list_all_tools_with(ListAllToolsRequest { format: 6 })
+        .list_all_tools_with(ListAllToolsRequest {
+            format: 6,
+            ..Default::default()
+        })
         .await
         .unwrap_err();
     assert_eq!(e.code(), Code::InvalidArgument);
@@ -179,6 +184,7 @@ async fn an_unknown_format_is_an_invalid_argument_on_every_rpc() {
             conversation_id: "c".into(),
             group_name: "system".into(),
             format: -1,
+            ..Default::default()
         })
         .await
         .unwrap_err();

@@ -30,16 +30,18 @@ use toolrouter::config::Config;
 use toolrouter::db::Db;
 use toolrouter::proto::tool_router_client::ToolRouterClient;
 use toolrouter::proto::{
-    InvalidateSettingsRequest, InvalidateSettingsResponse, ListAllToolsRequest, ListAllToolsResponse,
-    ListGroupsRequest, ListGroupsResponse, LoadToolGroupRequest, LoadToolGroupResponse, Reason,
-    ReloadRegistryRequest, ReloadRegistryResponse, ResetConversationRequest, ResetConversationResponse,
-    RouteRequest, RouteResponse, SearchToolsRequest, SearchToolsResponse,
+    CheckToolCallRequest, CheckToolCallResponse, InvalidateSettingsRequest, InvalidateSettingsResponse,
+    ListAllToolsRequest, ListAllToolsResponse, ListGroupsRequest, ListGroupsResponse, LoadToolGroupRequest,
+    LoadToolGroupResponse, Reason, RegistryEvent, ReloadRegistryRequest, ReloadRegistryResponse,
+    ResetConversationRequest, ResetConversationResponse, RouteRequest, RouteResponse, SearchToolsRequest,
+    SearchToolsResponse, WatchRegistryRequest,
 };
 use toolrouter::registry::Registry;
 use toolrouter::router::Member;
 use toolrouter::state::State;
 
 // Values tests put in the config or compare with, named here with the rest of the library.
+pub use toolrouter::config::{ProfileConfig, TierName};
 pub use toolrouter::matcher::MatchMode;
 pub use toolrouter::router::FallbackPolicy;
 pub use toolrouter::search::SearchMode;
@@ -392,7 +394,7 @@ impl TestApp {
     }
 
     pub async fn list_groups(&mut self) -> Result<ListGroupsResponse, Status> {
-        inner(self.client.list_groups(ListGroupsRequest {}).await)
+        inner(self.client.list_groups(ListGroupsRequest::default()).await)
     }
 
     /// The group names, in the order listed.
@@ -449,6 +451,29 @@ impl TestApp {
 
     pub async fn search(&mut self, request: SearchToolsRequest) -> Result<SearchToolsResponse, Status> {
         inner(self.client.search_tools(request).await)
+    }
+
+    /// A `CheckToolCall` for `tool` in `conversation` (may be empty) under `profile`.
+    pub async fn check_call(
+        &mut self,
+        tool: &str,
+        conversation: &str,
+        profile: &str,
+    ) -> Result<CheckToolCallResponse, Status> {
+        let request = CheckToolCallRequest {
+            tool_name: tool.into(),
+            conversation_id: conversation.into(),
+            profile: profile.into(),
+        };
+        inner(self.client.check_tool_call(request).await)
+    }
+
+    /// A `WatchRegistry` stream under `profile`.
+    pub async fn watch(&mut self, profile: &str) -> Result<tonic::Streaming<RegistryEvent>, Status> {
+        let request = WatchRegistryRequest {
+            profile: profile.into(),
+        };
+        inner(self.client.watch_registry(request).await)
     }
 }
 

@@ -126,7 +126,7 @@ async fn sighup_reloads_the_manifests_and_a_broken_reload_keeps_the_old_registry
     for _ in 0..200 {
         seen = names(
             client
-                .list_groups(ListGroupsRequest {})
+                .list_groups(ListGroupsRequest::default())
                 .await
                 .unwrap()
                 .into_inner(),
@@ -148,7 +148,7 @@ async fn sighup_reloads_the_manifests_and_a_broken_reload_keeps_the_old_registry
     }
     assert!(daemon.log().contains("gamma.json"), "{}", daemon.log());
     let groups = client
-        .list_groups(ListGroupsRequest {})
+        .list_groups(ListGroupsRequest::default())
         .await
         .unwrap()
         .into_inner();
@@ -556,7 +556,11 @@ async fn silent_sockets_at_the_file_limit_neither_spin_the_accept_loop_nor_lock_
     // they are all still open on this side.
     let started = Instant::now();
     let answer = tokio::time::timeout(Duration::from_secs(15), async {
-        daemon.client().await.list_groups(ListGroupsRequest {}).await
+        daemon
+            .client()
+            .await
+            .list_groups(ListGroupsRequest::default())
+            .await
     })
     .await;
     assert!(

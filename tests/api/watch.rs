@@ -1,0 +1,160 @@
+//! `WatchRegistry` (SPEC §11): the state at once, then an event on every reload and every
+//! change of the active domains or the disabled tools, in order; a watcher that does not read
+//! holds nothing up.
+
+use std::time::Duration;
+
+use tokio_stream::StreamExt as _;
+use toolrouter::proto::RegistryEvent;
+
+use crate::helpers::{ProfileConfig, TestApp, route_request};
+
+const A: &str = r#"{"name":"a","keywords":["alpha"],"tools":[{"name":"a1","description":"A one"},{"name":"a2","description":"A two"}]}"#;
+const B: &str = r#"{"name":"b","settings_keys":["b_url"],"keywords":["beta"],"tools":[{"name":"b1","description":"B one"}]}"#;
+
+/// The next event, within a few seconds.
+async fn next(stream: &mut tonic::Streaming<RegistryEvent>) -> RegistryEvent {
+    tokio::time::timeout(Duration::from_secs(5), stream.next())
+        .await
+        .expect("an event within 5 s")
+        .expect("the stream is open")
+        .expect("an event, not an error")
+}
+
+/// Whether the stream stays quiet for a moment.
+async fn quiet(stream: &mut tonic::Streaming<RegistryEvent>) -> bool {
+    tokio::time::timeout(Duration::from_millis(300), stream.next())
+        .await
+        .is_err()
+}
+
+#[tokio::test]
+async fn a_watcher_sees_the_state_then_each_change_in_order() {
+    let mut app = TestApp::builder()
+        .manifests(&[("a.json", A), ("b.json", B)])
+        .config(|c| {
+            c.profiles.insert(
+                "only-a".into(),
+                ProfileConfig {
+                    allow_domains: vec!["a".into()],
+                    ..ProfileConfig::default()
+                },
+            );
+        })
+        .spawn()
+        .await;
+    let mut all = app.watch("").await.unwrap();
+    let mut only_a = app.watch("only-a").await.unwrap();
+
+    let first = next(&mut all).await;
+    assert_eq!(first.active_domains, ["a"]);
+    assert_eq!(first.tools, 3, "every tool, whatever the settings");
+    assert!(first.disabled_tools.is_empty());
+    let first_a = next(&mut only_a).await;
+    assert_eq!(
+        (first_a.active_domains.as_slice(), first_a.tools),
+        (&["a".to_string()][..], 2)
+    );
+
+    // A settings flip that changes the active set.
+    app.set("b_url", "http://b").await;
+    let second = next(&mut all).await;
+    assert_eq!(second.active_domains, ["a", "b"]);
+    assert_eq!(second.registry_version, first.registry_version);
+    assert!(
+        quiet(&mut only_a).await,
+        "the profile does not see b: nothing changed for it"
+    );
+
+    // A settings write that changes nothing a watcher is told: no event.
+    app.set("unrelated", "x").await;
+    assert!(quiet(&mut all).await);
+
+    // Disabled tools.
+    app.set("toolrouter.disabled_tools", r#"["a2"]"#).await;
+    let third = next(&mut all).await;
+    assert_eq!(third.disabled_tools, ["a2"]);
+    assert_eq!(third.tools, 2);
+    let third_a = next(&mut only_a).await;
+    assert_eq!(
+        (third_a.disabled_tools.as_slice(), third_a.tools),
+        (&["a2".to_string()][..], 1)
+    );
+
+    // A reload with new manifests.
+    std::fs::write(
+        app.manifests().join("c.json"),
+        r#"{"name":"c","tools":[{"name":"c1","description":"C"}]}"#,
+    )
+    .unwrap();
+    let reloaded = app.reload().await.unwrap();
+    let fourth = next(&mut all).await;
+    assert_eq!(fourth.registry_version, reloaded.registry_version);
+    assert_ne!(fourth.registry_version, first.registry_version);
+    assert_eq!(fourth.active_domains, ["a", "b", "c"]);
+    let fourth_a = next(&mut only_a).await;
+    assert_eq!(fourth_a.registry_version, reloaded.registry_version);
+    assert_eq!(fourth_a.active_domains, ["a"]);
+}
+
+#[tokio::test]
+async fn a_watcher_hears_of_a_settings_write_within_the_ttl_without_other_calls() {
+    let mut app = TestApp::builder()
+        .manifests(&[("a.json", A), ("b.json", B)])
+        .config(|c| c.settings_ttl = Duration::from_millis(200))
+        .spawn()
+        .await;
+    let mut stream = app.watch("").await.unwrap();
+    assert_eq!(next(&mut stream).await.active_domains, ["a"]);
+    // Another program writes the table; nobody calls the daemon.
+    app.ui.set_setting("b_url", "http://b").await.unwrap();
+    assert_eq!(next(&mut stream).await.active_domains, ["a", "b"]);
+}
+
+#[tokio::test]
+async fn a_watcher_that_does_not_read_holds_nothing_up_and_then_gets_the_latest_state() {
+    let mut app = TestApp::builder()
+        .manifests(&[("a.json", A), ("b.json", B)])
+        .spawn()
+        .await;
+    let mut stalled = app.watch("").await.unwrap();
+    for i in 0..200 {
+        let value = if i % 2 == 0 { "http://b" } else { "" };
+        app.set("b_url", value).await;
+        app.route("alpha", "").await;
+    }
+    app.set("toolrouter.disabled_tools", r#"["a1"]"#).await;
+    // The stream catches up to the latest state; nothing older comes after it.
+    let mut last = next(&mut stalled).await;
+    while last.disabled_tools.is_empty() {
+        last = next(&mut stalled).await;
+    }
+    assert_eq!(last.active_domains, ["a"]);
+    assert!(quiet(&mut stalled).await);
+    let routed = app
+        .client
+        .route(route_request("alpha", ""))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(routed.registry_version, last.registry_version);
+}
+
+#[tokio::test]
+async fn watch_streams_end_when_the_daemon_stops() {
+    let mut app = TestApp::builder().spawn().await;
+    let mut stream = app.watch("").await.unwrap();
+    next(&mut stream).await;
+    let stopping = tokio::spawn(async move { app.stop().await });
+    let end = tokio::time::timeout(Duration::from_secs(5), stream.next())
+        .await
+        .expect("the stream ends within 5 s");
+    assert!(
+        !matches!(end, Some(Ok(_))),
+        "no event after the drain starts: {end:?}"
+    );
+    tokio::time::timeout(Duration::from_secs(5), stopping)
+        .await
+        .expect("the daemon stops without waiting for the watcher")
+        .unwrap();
+}
