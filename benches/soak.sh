@@ -2,8 +2,10 @@
 # The soak run: the release daemon on loopback serves the mixed workload (mostly Route, plus
 # LoadToolGroup, ListGroups, InvalidateSettings and ReloadRegistry) from `toolrouter bench
 # grpc --mix mixed` over the demo messages while a second process (`toolrouter-bench
-# flip-settings`) flips settings in its database. Fails on any unexpected error: from a
-# call, from a settings write, in the daemon's log, or at shutdown.
+# flip-settings`) flips settings in its database and a third (`toolrouter-bench watch`)
+# holds WatchRegistry streams open, reading slowly, until the daemon stops. Fails on any
+# unexpected error: from a call, from a settings write, from a watcher, in the daemon's log,
+# or at shutdown.
 #
 #   benches/soak.sh [duration=60s] [concurrency=8]
 set -euo pipefail
@@ -17,8 +19,10 @@ tools=target/release/toolrouter-bench
 work=$(mktemp -d)
 daemon=
 flipper=
+watcher=
 cleanup() {
   [ -n "$flipper" ] && kill "$flipper" 2>/dev/null || true
+  [ -n "$watcher" ] && kill "$watcher" 2>/dev/null || true
   [ -n "$daemon" ] && kill "$daemon" 2>/dev/null || true
   rm -rf "$work"
 }
@@ -40,6 +44,8 @@ done
 
 "$tools" flip-settings --database "$db" --duration "$duration" --every 10ms >"$work/flip.out" 2>&1 &
 flipper=$!
+"$tools" watch --addr "http://$addr" --streams 4 --pause 20ms >"$work/watch.out" 2>&1 &
+watcher=$!
 
 status=0
 "$bin" bench grpc --addr "http://$addr" --mix mixed --concurrency "$concurrency" \
@@ -55,6 +61,9 @@ if ! wait "$daemon"; then
   status=1
 fi
 daemon=
+wait "$watcher" || { echo "soak: a watcher failed"; status=1; }
+watcher=
+cat "$work/watch.out"
 errors=$(grep -c '"level":"ERROR"' "$work/daemon.log" || true)
 if [ "$errors" != 0 ]; then
   grep '"level":"ERROR"' "$work/daemon.log" | head -20

@@ -405,6 +405,87 @@ mod tests {
     }
 
     #[test]
+    fn profiles_and_bound_tokens_are_read_from_the_file_and_tokens_never_printed() {
+        let text = r#"
+auth_token = "admin"
+
+[profiles.mcp-media]
+allow_domains = ["jellyfin", "radarr"]
+max_tier = "read"
+
+[profiles.ops]
+deny_tools = ["docker_*prune*"]
+max_tools = 40
+
+[tokens]
+"media-secret" = "mcp-media"
+"#;
+        let c: Config = toml::from_str(text).unwrap();
+        c.validate().unwrap();
+        let profiles = c.profiles().unwrap();
+        assert_eq!(profiles.names().collect::<Vec<_>>(), ["mcp-media", "ops"]);
+        let media = profiles.get(profiles.find("mcp-media").unwrap());
+        assert_eq!(media.max_tier, Tier::Read);
+        assert!(media.allows_domain("radarr") && !media.allows_domain("docker"));
+        let ops = profiles.get(profiles.find("ops").unwrap());
+        assert_eq!((ops.max_tier, ops.max_tools), (Tier::Destructive, Some(40)));
+        assert_eq!(
+            c.tokens.get("media-secret").map(String::as_str),
+            Some("mcp-media")
+        );
+
+        let printed = c.to_toml();
+        assert!(
+            !printed.contains("media-secret") && !printed.contains("admin"),
+            "{printed}"
+        );
+        assert!(
+            printed.contains("# 1 auth token(s) bound to profiles (not printed)"),
+            "{printed}"
+        );
+        let back: Config = toml::from_str(&printed).unwrap();
+        assert_eq!(back.profiles, c.profiles, "profiles print and read back");
+        assert!(back.tokens.is_empty());
+    }
+
+    #[test]
+    fn bad_profiles_and_tokens_are_refused_with_the_reason() {
+        let cases: &[(&str, &str)] = &[
+            (
+                "[profiles.p]\nallow_tools = [\"[oops\"]\n",
+                "profile `p`: allow_tools: `[oops` is not a valid glob",
+            ),
+            (
+                "[profiles.p]\n[tokens]\nt = \"q\"\n",
+                "bound to profile `q`, which [profiles] does not define",
+            ),
+            (
+                "[profiles.p]\n[tokens]\n\" \" = \"p\"\n",
+                "a token in [tokens] is empty",
+            ),
+        ];
+        for (text, want) in cases {
+            let c: Config = toml::from_str(text).unwrap();
+            let e = c.validate().unwrap_err().to_string();
+            assert!(e.contains(want), "{text}: {e}");
+        }
+        let typo = toml::from_str::<Config>("[profiles.p]\nmax_teir = \"read\"\n").unwrap_err();
+        assert!(typo.to_string().contains("max_teir"), "{typo}");
+        let tier = toml::from_str::<Config>("[profiles.p]\nmax_tier = \"admin\"\n").unwrap_err();
+        assert!(tier.to_string().contains("admin"), "{tier}");
+        let c = Config {
+            listen: "0.0.0.0:1".parse().unwrap(),
+            tokens: BTreeMap::from([("t".to_string(), "p".to_string())]),
+            profiles: BTreeMap::from([("p".to_string(), ProfileConfig::default())]),
+            ..Config::default()
+        };
+        assert!(
+            c.validate().is_ok(),
+            "bound tokens authenticate a non-loopback listener"
+        );
+    }
+
+    #[test]
     fn the_printed_config_reads_back_as_the_same_config() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("c.toml");

@@ -10,8 +10,9 @@
 //! - [`registry`]: manifests (both formats, validated) into an immutable `Registry`.
 //! - [`matcher`]: the Aho-Corasick keyword automaton and the word-boundary rule. Pure.
 //! - [`search`]: the search index over tool text (BM25F, Snowball stems). Pure.
-//! - [`router`]: the pure decision: the settings snapshot and what it activates, the
-//!   conversation state a route reads, `route()` and `load()`. No I/O, no clock.
+//! - [`router`]: the pure decision: the settings snapshot and what it activates for a
+//!   consumer (profiles and disabled tools scope it), the conversation state a route reads,
+//!   `route()`, `load()` and `check_call()`. No I/O, no clock.
 //! - [`render`]: provider tool formats (OpenAI chat and responses, Anthropic, Gemini, MCP)
 //!   and `o200k_base` token counts: each tool rendered once per registry and format, answers
 //!   assembled from those bytes. Pure.
@@ -25,7 +26,7 @@
 //! - [`telemetry`]: one log line per call and the Prometheus metrics.
 //! - [`service`]: the tonic `ToolRouter` service: requests parsed at the edge, domain types
 //!   into proto; `codec`: its protobuf codec (a request that does not decode is
-//!   `INVALID_ARGUMENT`); `guard`: auth, load shedding and the per-request timeout.
+//!   `INVALID_ARGUMENT`); `guard`: auth (tokens bound to profiles too), load shedding and the per-request timeout.
 //! - [`server`]: `serve(listener, state, config, shutdown)` with health, reflection, TLS,
 //!   metrics and the drain timeout.
 //! - [`cli`]: the command line, one file per command family; [`cli::connection`]: how the

@@ -246,4 +246,36 @@ mod tests {
         assert_eq!(failures, 1, "one log line per failure streak:\n{text}");
         assert_eq!(text.matches("readable again").count(), 1, "{text}");
     }
+
+    #[tokio::test]
+    async fn an_invalid_disabled_tools_value_is_ignored_and_logged_once_per_value() {
+        let logs = Captured::default();
+        let writer = logs.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        let _default = tracing::subscriber::set_default(subscriber);
+
+        let (_dir, cache, ui) = setup(Duration::from_secs(3600)).await;
+        let key = crate::router::DISABLED_TOOLS_KEY;
+        for value in [r#"["a", 1]"#, "a_tool", r#"["ok", "[bad"]"#, r#"["", "x"]"#] {
+            ui.set_setting(key, value).await.unwrap();
+            let s = cache.invalidate().await.unwrap();
+            assert!(s.disabled().is_empty(), "{value} is ignored");
+            assert!(s.disabled_problem().is_some(), "{value}");
+            cache.invalidate().await.unwrap();
+        }
+        ui.set_setting(key, r#"["a*", "b"]"#).await.unwrap();
+        let s = cache.invalidate().await.unwrap();
+        assert_eq!(s.disabled().as_slice(), ["a*", "b"]);
+        assert!(s.disabled().matches("abc") && !s.disabled().matches("bc"));
+
+        let text = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+        assert_eq!(
+            text.matches("ignoring the disabled tools setting").count(),
+            4,
+            "once per value, not per re-read:\n{text}"
+        );
+    }
 }

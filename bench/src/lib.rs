@@ -19,6 +19,7 @@ pub mod baseline;
 pub mod export;
 pub mod flip;
 pub mod scan;
+pub mod watch;
 pub mod workload;
 
 /// The eval data folder for the route bench and the tests: `TOOLROUTER_EVAL_DIR`, else

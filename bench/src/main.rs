@@ -11,7 +11,7 @@ use clap::{Parser, Subcommand};
 use toolrouter::Error;
 use toolrouter::cli::serve::{LogFormatArg, init_tracing};
 use toolrouter::config::{Config, parse_listen};
-use toolrouter_bench::{baseline, export, flip, workload};
+use toolrouter_bench::{baseline, export, flip, watch, workload};
 
 /// toolrouter-bench: benchmark and evaluation tooling for toolrouter.
 #[derive(Debug, Parser)]
@@ -79,6 +79,19 @@ enum Command {
         #[arg(long, default_value = "20ms", value_parser = humantime::parse_duration)]
         every: Duration,
     },
+    /// Hold `WatchRegistry` streams open on a daemon until it stops, reading slowly; prints
+    /// the events read. Exits 1 if a stream failed or ended before its first event.
+    Watch {
+        /// The daemon, e.g. `http://127.0.0.1:50051`.
+        #[arg(long)]
+        addr: String,
+        /// Streams to hold open.
+        #[arg(long, default_value_t = 4)]
+        streams: usize,
+        /// Time between reads of one stream, e.g. `50ms`.
+        #[arg(long, default_value = "50ms", value_parser = humantime::parse_duration)]
+        pause: Duration,
+    },
 }
 
 async fn run(command: Command) -> toolrouter::Result<()> {
@@ -139,6 +152,14 @@ async fn run(command: Command) -> toolrouter::Result<()> {
                     flips.failures
                 )));
             }
+            Ok(())
+        }
+        Command::Watch { addr, streams, pause } => {
+            let w = watch::watch(&addr, streams, pause).await?;
+            println!(
+                "{} watch streams read {} events (at least {} each) until the daemon stopped",
+                w.streams, w.events, w.fewest
+            );
             Ok(())
         }
     }

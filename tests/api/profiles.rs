@@ -8,7 +8,8 @@ use tonic::Code;
 use toolrouter::proto::{Format, ListAllToolsRequest, ListGroupsRequest, RouteRequest};
 
 use crate::helpers::{
-    ProfileConfig, TestApp, TierName, load_request, reasons, route_request, search_request,
+    ProfileConfig, TestApp, TierName, json_of, load_request, reasons, route_request, run, search_request,
+    shown,
 };
 
 /// Jellyfin's and Radarr's read tools: what the `mcp-media` profile sees.
@@ -526,4 +527,69 @@ async fn check_tool_call_gives_every_reason() {
     let err = app.check_call(" ", "", "").await.unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument);
     assert_eq!(err.message(), "Required parameter 'tool_name' is missing.");
+}
+
+#[tokio::test]
+async fn the_cli_checks_a_call_and_lists_under_a_profile() {
+    let mut app = app().await;
+    app.route("add the movie Dune to radarr", "c1").await;
+    let addr = format!("http://{}", app.addr);
+    let out = run(
+        app.dir(),
+        &[
+            "check-call",
+            "docker_list_containers",
+            "--conversation",
+            "c1",
+            "--addr",
+            &addr,
+        ],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", shown(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("load group 'docker' first"), "{stdout}");
+    assert!(
+        stdout.contains("allowed: no; visible now: no; reason: needs_load"),
+        "{stdout}"
+    );
+
+    let out = run(
+        app.dir(),
+        &[
+            "check-call",
+            "radarr_delete_movie",
+            "--profile",
+            "mcp-media",
+            "--json",
+            "--addr",
+            &addr,
+        ],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", shown(&out));
+    let answer = json_of(&out);
+    assert_eq!(answer["reason"], "denied_by_profile", "{answer}");
+
+    let out = run(
+        app.dir(),
+        &["tools", "--profile", "mcp-media", "--json", "--addr", &addr],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", shown(&out));
+    let listed: Vec<String> = json_of(&out)["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(listed, MEDIA_READ_TOOLS);
+
+    let out = run(app.dir(), &["groups", "--profile", "nope", "--addr", &addr]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", shown(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("Unknown profile 'nope'"),
+        "{}",
+        shown(&out)
+    );
 }
