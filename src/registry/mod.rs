@@ -163,43 +163,40 @@ impl Registry {
     ///
     /// # Errors
     /// Every cross-file problem, each naming both places.
-    pub fn new(mut domains: Vec<Domain>) -> Result<Registry, ManifestErrors> {
-        let mut errors = Vec::new();
-        let mut seen_domains: HashMap<&str, &Domain> = HashMap::new();
-        let mut seen_tools: HashMap<&str, &Domain> = HashMap::new();
-        for d in &domains {
-            if let Some(first) = seen_domains.insert(&d.name, d) {
-                errors.push(ManifestError {
-                    path: d.source.clone(),
-                    position: None,
-                    message: format!(
-                        "domain `{}` is defined twice: in {} and in {}",
-                        d.name, first.source, d.source
-                    ),
-                });
-                seen_domains.insert(&first.name, first);
-            }
-            for t in &d.tools {
-                if let Some(other) = seen_tools.insert(&t.name, d) {
-                    let message = if std::ptr::eq(other, d) {
-                        format!("tool `{}` appears twice in domain `{}`", t.name, d.name)
-                    } else {
-                        format!(
-                            "tool `{}` is defined in two domains: `{}` ({}) and `{}` ({})",
-                            t.name, other.name, other.source, d.name, d.source
-                        )
-                    };
-                    errors.push(ManifestError {
-                        path: d.source.clone(),
-                        position: None,
-                        message,
-                    });
-                }
-            }
-        }
+    pub fn new(domains: Vec<Domain>) -> Result<Registry, ManifestErrors> {
+        let errors = conflicts(&domains);
         if !errors.is_empty() {
             return Err(ManifestErrors(errors));
         }
+        Ok(Self::build(domains))
+    }
+
+    /// The registry of `base` (domains valid together, such as a registry's) and of each
+    /// `extra` domain that fits beside them, taken in the order given; one whose name or
+    /// tool names are already taken, by `base` or by an earlier extra domain, is left out
+    /// and returned with every problem (the checks of [`Registry::new`]).
+    pub fn compose(base: Vec<Domain>, extra: Vec<Domain>) -> (Registry, Vec<(Domain, ManifestErrors)>) {
+        let mut domains = base;
+        let mut left_out = Vec::new();
+        for d in extra {
+            domains.push(d);
+            let errors = conflicts(&domains);
+            if !errors.is_empty()
+                && let Some(d) = domains.pop()
+            {
+                left_out.push((d, ManifestErrors(errors)));
+            }
+        }
+        (Self::build(domains), left_out)
+    }
+
+    /// Every domain, by name, giving the registry up.
+    pub fn into_domains(self) -> Vec<Domain> {
+        self.domains
+    }
+
+    /// The registry of domains already checked by [`conflicts`].
+    fn build(mut domains: Vec<Domain>) -> Registry {
         domains.sort_by(|a, b| a.name.cmp(&b.name));
         let by_name = domains
             .iter()
@@ -213,13 +210,13 @@ impl Registry {
             keyword_domain.extend(std::iter::repeat_n(DomainId(i), d.keywords.len()));
         }
         let version = content_hash(&domains);
-        Ok(Registry {
+        Registry {
             domains,
             by_name,
             keyword_domain,
             keyword_start,
             version,
-        })
+        }
     }
 
     /// The registry a daemon serves: the manifests in `dirs`, or the built-in demo registry
@@ -434,6 +431,46 @@ impl Registry {
     pub fn version(&self) -> u64 {
         self.version
     }
+}
+
+/// What spans domains: a domain name defined twice (both places named) and a tool name used
+/// twice, in one domain or in two (both domains and places named). A problem is reported at
+/// the later of the two domains, in the order given.
+fn conflicts(domains: &[Domain]) -> Vec<ManifestError> {
+    let mut errors = Vec::new();
+    let mut seen_domains: HashMap<&str, &Domain> = HashMap::new();
+    let mut seen_tools: HashMap<&str, &Domain> = HashMap::new();
+    for d in domains {
+        if let Some(first) = seen_domains.insert(&d.name, d) {
+            errors.push(ManifestError {
+                path: d.source.clone(),
+                position: None,
+                message: format!(
+                    "domain `{}` is defined twice: in {} and in {}",
+                    d.name, first.source, d.source
+                ),
+            });
+            seen_domains.insert(&first.name, first);
+        }
+        for t in &d.tools {
+            if let Some(other) = seen_tools.insert(&t.name, d) {
+                let message = if std::ptr::eq(other, d) {
+                    format!("tool `{}` appears twice in domain `{}`", t.name, d.name)
+                } else {
+                    format!(
+                        "tool `{}` is defined in two domains: `{}` ({}) and `{}` ({})",
+                        t.name, other.name, other.source, d.name, d.source
+                    )
+                };
+                errors.push(ManifestError {
+                    path: d.source.clone(),
+                    position: None,
+                    message,
+                });
+            }
+        }
+    }
+    errors
 }
 
 /// Descriptions longer than this draw a warning from `check`: OpenAI refuses longer function

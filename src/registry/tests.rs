@@ -118,3 +118,87 @@ fn keyword_ids_follow_domain_then_manifest_order() {
     }
     assert_eq!(r.keywords().count(), k);
 }
+
+/// A domain with these tools, labelled as coming from `source`.
+fn domain(name: &str, tools: &[&str], source: &str) -> Domain {
+    Domain {
+        name: name.into(),
+        display_name: name.into(),
+        description: format!("{name} things"),
+        settings_keys: Vec::new(),
+        keywords: Vec::new(),
+        core: false,
+        fallback: true,
+        tools: tools
+            .iter()
+            .map(|t| Tool {
+                name: (*t).into(),
+                description: "d".into(),
+                input_schema_json: r#"{"type":"object","properties":{}}"#.into(),
+                tier: Tier::Read,
+            })
+            .collect(),
+        source: source.into(),
+    }
+}
+
+#[test]
+fn composing_leaves_out_each_extra_domain_that_takes_a_name_already_taken() {
+    let base = vec![domain("a", &["a1"], "a.json"), domain("b", &["b1"], "b.json")];
+    let extra = vec![
+        domain("a", &["x1"], "db a"),       // a base domain's name
+        domain("c", &["c1", "b1"], "db c"), // a base domain's tool
+        domain("d", &["d1"], "db d"),
+        domain("e", &["d1"], "db e"), // an earlier extra domain's tool
+        domain("f", &["f1"], "db f"),
+    ];
+    let (registry, left_out) = Registry::compose(base.clone(), extra);
+    let names: Vec<&str> = registry.domains().iter().map(|d| d.name.as_str()).collect();
+    assert_eq!(names, ["a", "b", "d", "f"]);
+    assert_eq!(registry.domain(DomainId(0)).source, "a.json", "the base one kept");
+    let why: Vec<(&str, String)> = left_out
+        .iter()
+        .map(|(d, e)| (d.name.as_str(), e.to_string()))
+        .collect();
+    assert_eq!(why.len(), 3, "{why:#?}");
+    assert_eq!(why[0].0, "a");
+    assert!(
+        why[0]
+            .1
+            .contains("domain `a` is defined twice: in a.json and in db a"),
+        "{why:#?}"
+    );
+    assert_eq!(why[1].0, "c");
+    assert!(
+        why[1]
+            .1
+            .contains("tool `b1` is defined in two domains: `b` (b.json) and `c` (db c)"),
+        "{why:#?}"
+    );
+    assert_eq!(why[2].0, "e");
+    assert!(why[2].1.contains("`d` (db d) and `e` (db e)"), "{why:#?}");
+    // The same registry as one built from what was kept.
+    let kept = vec![
+        base[0].clone(),
+        base[1].clone(),
+        domain("d", &["d1"], "db d"),
+        domain("f", &["f1"], "db f"),
+    ];
+    assert_eq!(registry.version(), Registry::new(kept).unwrap().version());
+}
+
+#[test]
+fn composing_what_fits_keeps_everything_and_the_version_ignores_where_domains_came_from() {
+    let (registry, left_out) = Registry::compose(
+        vec![domain("a", &["a1"], "a.json")],
+        vec![domain("b", &["b1"], "upsert:b")],
+    );
+    assert!(left_out.is_empty());
+    let relabelled = Registry::new(vec![
+        domain("b", &["b1"], "database domain b"),
+        domain("a", &["a1"], "x.json"),
+    ])
+    .unwrap();
+    assert_eq!(registry.version(), relabelled.version());
+    assert_eq!(registry.into_domains().len(), 2);
+}

@@ -74,10 +74,54 @@ const GROUP_TOOL_FIELDS: &[&str] = &[
 /// # Errors
 /// Every problem found in the file.
 pub fn parse(path: &str, text: &str) -> Result<Domain, Vec<ManifestError>> {
+    let format = Format::of(Path::new(path)).unwrap_or(Format::Json);
+    let value = read(path, text, format)?;
+    validate(path, value, format)
+}
+
+/// Parses a manifest that comes without a file (a domain registered at run time): one native
+/// manifest as JSON text, validated exactly as a file's. A group array takes its name from
+/// a file and TOML is a file format, so both are refused, saying so. `source` names the
+/// domain in its messages and as [`Domain::source`]: it is given the manifest's `name` when
+/// the text has one (`None` while the text cannot be read).
+///
+/// # Errors
+/// Every problem found in the text.
+pub fn parse_native(
+    text: &str,
+    source: impl Fn(Option<&str>) -> String,
+) -> Result<Domain, Vec<ManifestError>> {
+    let value = read(&source(None), text, Format::Json).map_err(|mut errors| {
+        // The usual mistake behind text that is not JSON: a TOML manifest.
+        if !text.trim_start().starts_with(['{', '[']) {
+            for e in &mut errors {
+                e.message.push_str(NATIVE_JSON_ONLY);
+            }
+        }
+        errors
+    })?;
+    let path = source(value.get("name").and_then(Value::as_str));
+    match value {
+        Value::Object(_) => validate(&path, value, Format::Json),
+        Value::Array(_) => Err(vec![err(
+            &path,
+            format!("a group-array manifest (a JSON array) is not accepted here{NATIVE_JSON_ONLY}"),
+        )]),
+        _ => Err(vec![err(
+            &path,
+            format!("the manifest must be a JSON object{NATIVE_JSON_ONLY}"),
+        )]),
+    }
+}
+
+/// What [`parse_native`] takes, appended to its refusals of other formats.
+const NATIVE_JSON_ONLY: &str = " (a domain registered at run time is one native manifest: a JSON object with `name`; group arrays and TOML are manifest-file formats)";
+
+/// The manifest's text as a JSON value (TOML converted), or its syntax error at line:column.
+fn read(path: &str, text: &str, format: Format) -> Result<Value, Vec<ManifestError>> {
     // Editors on some systems write a byte-order mark; it is not part of the document.
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
-    let format = Format::of(Path::new(path)).unwrap_or(Format::Json);
-    let value = match format {
+    match format {
         Format::Json => serde_json::from_str::<Strict>(text).map(|s| s.0).map_err(|e| {
             let msg = e.to_string();
             // serde_json appends " at line L column C"; the position goes in front instead.
@@ -88,15 +132,19 @@ pub fn parse(path: &str, text: &str) -> Result<Domain, Vec<ManifestError>> {
                 format!("malformed JSON: {msg}")
             };
             vec![err_at(path, Some(json_position(text, e.line(), e.column())), msg)]
-        })?,
+        }),
         Format::Toml => {
             let table = toml::from_str::<toml::Table>(text).map_err(|e| {
                 let pos = e.span().map(|s| line_col(text, s.start));
                 vec![err_at(path, pos, format!("malformed TOML: {}", e.message()))]
             })?;
-            serde_json::to_value(table).map_err(|e| vec![err(path, format!("malformed TOML: {e}"))])?
+            serde_json::to_value(table).map_err(|e| vec![err(path, format!("malformed TOML: {e}"))])
         }
-    };
+    }
+}
+
+/// Checks a manifest read as `format`, field by field, reporting every problem.
+fn validate(path: &str, value: Value, format: Format) -> Result<Domain, Vec<ManifestError>> {
     let mut v = Validator {
         path,
         errors: Vec::new(),

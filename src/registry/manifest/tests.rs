@@ -2,7 +2,7 @@
 //! what is wrong, every accepted form loads as written, and syntax errors carry the
 //! line and column a person would count.
 
-use super::parse;
+use super::{parse, parse_native};
 use crate::error::ManifestError;
 use crate::registry::{Domain, Registry, Tier, Tool};
 
@@ -1393,4 +1393,97 @@ fn a_broken_file_does_not_hide_a_duplicate_between_two_others() {
     .unwrap_err();
     assert_eq!(err.0.len(), 2, "{err}");
     assert!(err.0[1].message.contains("b.json") && err.0[1].message.contains("c.json"));
+}
+
+// Manifests without a file (domains registered at run time).
+
+/// `parse_native` with the labels the daemon uses for a request.
+fn native(text: &str) -> Result<Domain, Vec<ManifestError>> {
+    parse_native(text, |name| {
+        name.map_or_else(|| "manifest_json".into(), |n| format!("upsert:{n}"))
+    })
+}
+
+#[test]
+fn a_native_json_manifest_without_a_file_parses_as_a_files_would() {
+    let text = r#"{"name": "mine", "keywords": ["k"], "tools": [{"name": "t", "description": "d", "tier": "read"}]}"#;
+    let d = native(text).unwrap();
+    let from_file = parsed("mine.json", text);
+    assert_eq!(d.source, "upsert:mine", "labelled with its name");
+    assert_eq!(
+        Domain {
+            source: from_file.source.clone(),
+            ..d
+        },
+        from_file
+    );
+}
+
+#[test]
+fn a_manifest_without_a_file_gets_the_checks_of_a_file_each_naming_the_domain() {
+    let cases: &[(&str, &str)] = &[
+        (r#"{"name": "mine", "keywrods": []}"#, "unknown field `keywrods`"),
+        (
+            r#"{"name": "mine", "tools": [{"name": "bad name", "description": "d"}]}"#,
+            "tool name is invalid",
+        ),
+        (
+            r#"{"name": "mine", "tools": [{"name": "t", "description": "d", "input_schema": {"type": "object", "properties": {"a": {"type": 5}}}}]}"#,
+            "not a valid JSON Schema",
+        ),
+        (r#"{"name": "Mine"}"#, "domain name `Mine` is invalid"),
+    ];
+    for (text, want) in cases {
+        let errors = native(text).unwrap_err();
+        let shown = shown(&errors);
+        assert!(
+            errors.iter().all(|e| e.path.starts_with("upsert:")),
+            "{text}:\n{shown}"
+        );
+        assert!(
+            errors.iter().any(|e| e.message.contains(want)),
+            "{text}: want {want:?}:\n{shown}"
+        );
+    }
+}
+
+#[test]
+fn a_group_array_or_toml_without_a_file_is_refused_saying_what_is_accepted() {
+    let cases: &[(&str, &str, &str)] = &[
+        (
+            r#"[{"name": "t", "description": "d"}]"#,
+            "manifest_json",
+            "group-array manifest",
+        ),
+        ("name = \"mine\"\n", "manifest_json", "malformed JSON"),
+        ("\"mine\"", "manifest_json", "must be a JSON object"),
+        ("{\"name\": \"mine\",", "manifest_json", "malformed JSON"),
+        (
+            r#"{"name": "mine", "name": "mine"}"#,
+            "manifest_json",
+            "duplicate key `name`",
+        ),
+    ];
+    for (text, path, want) in cases {
+        let errors = native(text).unwrap_err();
+        let shown = shown(&errors);
+        assert_eq!(errors.len(), 1, "{text}:\n{shown}");
+        assert_eq!(errors[0].path, *path, "{text}");
+        assert!(
+            errors[0].message.contains(want),
+            "{text}: want {want:?}:\n{shown}"
+        );
+        if !text.starts_with('{') {
+            assert!(
+                errors[0]
+                    .message
+                    .contains("group arrays and TOML are manifest-file formats"),
+                "{text}: says what is accepted:\n{shown}"
+            );
+        }
+    }
+    assert!(
+        native("{\"name\": \"mine\",").unwrap_err()[0].position.is_some(),
+        "a syntax error keeps its position"
+    );
 }
