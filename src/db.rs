@@ -284,6 +284,33 @@ impl Db {
         self.session().await?.load_conversation(id).await
     }
 
+    /// Every domain registered at run time, as (name, manifest), by name (one call: checks
+    /// the file, then reads).
+    ///
+    /// # Errors
+    /// `Unavailable` for a missing file, or a database fault.
+    pub async fn read_domains(&self) -> Result<Vec<(String, String)>> {
+        self.session().await?.read_domains().await
+    }
+
+    /// Stores a run-time domain's manifest, replacing the one of the same name; true when
+    /// there was none (one call: checks the file, then writes).
+    ///
+    /// # Errors
+    /// `Unavailable` for a missing file, or a database fault.
+    pub async fn upsert_domain(&self, name: &str, manifest: &str, now_ms: i64) -> Result<bool> {
+        self.session().await?.upsert_domain(name, manifest, now_ms).await
+    }
+
+    /// Removes a run-time domain; true when it existed (one call: checks the file, then
+    /// writes).
+    ///
+    /// # Errors
+    /// `Unavailable` for a missing file, or a database fault.
+    pub async fn delete_domain(&self, name: &str) -> Result<bool> {
+        self.session().await?.delete_domain(name).await
+    }
+
     /// Closes every connection (after the server stopped).
     pub async fn close(&self) {
         self.inner.current.load().pool.close().await;
@@ -452,6 +479,60 @@ impl Session {
         tx.commit().await?;
         Ok(r.rows_affected())
     }
+
+    /// Every run-time domain's manifest, by name.
+    #[tracing::instrument(skip(self))]
+    pub async fn read_domains(&self) -> Result<Vec<(String, String)>> {
+        counted(
+            sqlx::query_as("SELECT name, manifest FROM domains ORDER BY name")
+                .fetch_all(&self.pool)
+                .await,
+        )
+    }
+
+    /// Stores a run-time domain's manifest; true when the name was new.
+    #[tracing::instrument(skip(self, manifest))]
+    pub async fn upsert_domain(&self, name: &str, manifest: &str, now_ms: i64) -> Result<bool> {
+        counted(self.upsert_domain_tx(name, manifest, now_ms).await)
+    }
+
+    async fn upsert_domain_tx(&self, name: &str, manifest: &str, now_ms: i64) -> sqlx::Result<bool> {
+        // Writes first: a transaction that reads before it writes cannot wait for the write
+        // lock (SQLite fails it at once when another connection committed in between).
+        let mut tx = self.pool.begin().await?;
+        let inserted = sqlx::query(
+            "INSERT INTO domains (name, manifest, updated_at) VALUES (?1, ?2, ?3) ON CONFLICT (name) DO NOTHING",
+        )
+        .bind(name)
+        .bind(manifest)
+        .bind(now_ms)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected()
+            > 0;
+        if !inserted {
+            sqlx::query("UPDATE domains SET manifest = ?2, updated_at = ?3 WHERE name = ?1")
+                .bind(name)
+                .bind(manifest)
+                .bind(now_ms)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(inserted)
+    }
+
+    /// Removes a run-time domain; true when it existed.
+    #[tracing::instrument(skip(self))]
+    pub async fn delete_domain(&self, name: &str) -> Result<bool> {
+        counted(
+            sqlx::query("DELETE FROM domains WHERE name = ?1")
+                .bind(name)
+                .execute(&self.pool)
+                .await,
+        )
+        .map(|r| r.rows_affected() > 0)
+    }
 }
 
 #[cfg(test)]
@@ -521,6 +602,30 @@ mod tests {
         assert_eq!(db.delete_idle_conversations(50).await.unwrap(), 1);
         assert_eq!(db.load_conversation("old").await.unwrap(), None);
         assert!(db.load_conversation("new").await.unwrap().is_some());
+    }
+
+    #[tokio::test]
+    async fn domains_are_stored_replaced_read_by_name_and_deleted() {
+        let (_dir, db) = db().await;
+        assert!(db.read_domains().await.unwrap().is_empty());
+        assert!(db.upsert_domain("b", "{\"name\":\"b\"}", 1).await.unwrap(), "new");
+        assert!(db.upsert_domain("a", "{\"name\":\"a\"}", 2).await.unwrap(), "new");
+        assert!(
+            !db.upsert_domain("b", "{\"name\":\"b\",\"core\":true}", 3)
+                .await
+                .unwrap(),
+            "replaced"
+        );
+        assert_eq!(
+            db.read_domains().await.unwrap(),
+            vec![
+                ("a".into(), "{\"name\":\"a\"}".into()),
+                ("b".into(), "{\"name\":\"b\",\"core\":true}".into())
+            ]
+        );
+        assert!(db.delete_domain("a").await.unwrap());
+        assert!(!db.delete_domain("a").await.unwrap(), "already gone");
+        assert_eq!(db.read_domains().await.unwrap().len(), 1);
     }
 
     #[tokio::test]
