@@ -145,6 +145,60 @@ pub enum Error {
         /// The profile the token is bound to.
         bound: String,
     },
+    /// A run-time domain's manifest (`UpsertDomain`) is invalid, alone or beside the rest of
+    /// the registry; every problem is listed, each naming the domain.
+    #[error("The domain is refused; nothing changed.\n{0}")]
+    DomainRefused(ManifestErrors),
+    /// `UpsertDomain`'s manifest is over its limit.
+    #[error(
+        "'manifest_json' is {len} bytes, over the limit of {limit} bytes ({factor} times max_message_bytes)."
+    )]
+    ManifestTooLong {
+        /// Its length in bytes.
+        len: usize,
+        /// The limit in bytes.
+        limit: usize,
+        /// The limit as a multiple of `max_message_bytes`.
+        factor: usize,
+    },
+    /// `UpsertDomain` names a domain of the manifests the daemon loads.
+    #[error(
+        "Domain '{}' comes from the manifests the daemon loads ({}), so it cannot be replaced at run time: \
+         change that manifest and reload, or register the domain under another name.",
+        echo(name),
+        manifest
+    )]
+    DomainFromManifestsExists {
+        /// The domain.
+        name: String,
+        /// The manifest that defines it.
+        manifest: String,
+    },
+    /// `DeleteDomain` names a domain of the manifests the daemon loads.
+    #[error(
+        "Domain '{}' comes from the manifests the daemon loads ({}), so it cannot be deleted at run time: \
+         remove that manifest and reload.",
+        echo(name),
+        manifest
+    )]
+    DomainFromManifestsKept {
+        /// The domain.
+        name: String,
+        /// The manifest that defines it.
+        manifest: String,
+    },
+    /// `DeleteDomain` names no domain registered at run time.
+    #[error(
+        "Run-time domain '{}' not found. Domains registered at run time: {}",
+        echo(name),
+        if registered.is_empty() { "none".to_string() } else { registered.join(", ") }
+    )]
+    DomainNotFound {
+        /// The name asked for.
+        name: String,
+        /// The domains registered at run time, by name.
+        registered: Vec<String>,
+    },
     /// A dependency (the database, a daemon) cannot be used right now; retrying later may work.
     #[error("{0}")]
     Unavailable(String),
@@ -243,17 +297,21 @@ impl From<Error> for tonic::Status {
             | Error::NameTooLong { .. }
             | Error::ControlCharacters { .. }
             | Error::UnknownEnumValue { .. }
-            | Error::UnknownProfile { .. } => Status::invalid_argument(err.to_string()),
+            | Error::UnknownProfile { .. }
+            | Error::ManifestTooLong { .. }
+            | Error::DomainRefused(_) => Status::invalid_argument(err.to_string()),
             Error::ProfileNotAllowed { .. } => Status::permission_denied(err.to_string()),
             // The caller sent bytes that are not its request message: its mistake, not ours.
             Error::Decode(_) => {
                 tracing::warn!(error = %err, "request refused: not decodable");
                 Status::invalid_argument(err.to_string())
             }
-            Error::GroupNotFound { .. } => Status::not_found(err.to_string()),
+            Error::GroupNotFound { .. } | Error::DomainNotFound { .. } => Status::not_found(err.to_string()),
+            Error::DomainFromManifestsExists { .. } => Status::already_exists(err.to_string()),
             Error::GroupNotConfigured { .. }
             | Error::GroupWithoutTools { .. }
-            | Error::ManifestsRefused { .. } => Status::failed_precondition(err.to_string()),
+            | Error::ManifestsRefused { .. }
+            | Error::DomainFromManifestsKept { .. } => Status::failed_precondition(err.to_string()),
             // The database cannot be used: the caller may retry, and learns why.
             _ if err.is_unavailable() => {
                 tracing::warn!(error = %err, "request failed: database unavailable");
@@ -353,6 +411,58 @@ mod tests {
                 },
                 Code::FailedPrecondition,
                 "Tool group 'empty' has no available tools.",
+            ),
+            (
+                Error::ManifestTooLong {
+                    len: 2000,
+                    limit: 1600,
+                    factor: 16,
+                },
+                Code::InvalidArgument,
+                "'manifest_json' is 2000 bytes, over the limit of 1600 bytes (16 times max_message_bytes).",
+            ),
+            (
+                Error::DomainRefused(ManifestErrors(vec![ManifestError {
+                    path: "upsert:mine".into(),
+                    position: None,
+                    message: "tool #1: missing required field `name`".into(),
+                }])),
+                Code::InvalidArgument,
+                "The domain is refused; nothing changed.\nupsert:mine: tool #1: missing required field `name`",
+            ),
+            (
+                Error::DomainFromManifestsExists {
+                    name: "sonarr".into(),
+                    manifest: "sonarr.json".into(),
+                },
+                Code::AlreadyExists,
+                "Domain 'sonarr' comes from the manifests the daemon loads (sonarr.json), so it cannot be \
+                 replaced at run time: change that manifest and reload, or register the domain under another name.",
+            ),
+            (
+                Error::DomainFromManifestsKept {
+                    name: "sonarr".into(),
+                    manifest: "sonarr.json".into(),
+                },
+                Code::FailedPrecondition,
+                "Domain 'sonarr' comes from the manifests the daemon loads (sonarr.json), so it cannot be \
+                 deleted at run time: remove that manifest and reload.",
+            ),
+            (
+                Error::DomainNotFound {
+                    name: "nope".into(),
+                    registered: vec!["a".into(), "b".into()],
+                },
+                Code::NotFound,
+                "Run-time domain 'nope' not found. Domains registered at run time: a, b",
+            ),
+            (
+                Error::DomainNotFound {
+                    name: "nope".into(),
+                    registered: vec![],
+                },
+                Code::NotFound,
+                "Run-time domain 'nope' not found. Domains registered at run time: none",
             ),
             (
                 Error::Unavailable("the database file /x cannot be opened: gone".into()),

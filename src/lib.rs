@@ -22,7 +22,8 @@
 //! - `conversations`: per-conversation state over the database: cache, locks, persistence.
 //! - [`config`]: defaults < `--config` file < `TOOLROUTER_*` environment < flags.
 //! - [`state`]: the composition root: the swapped view (registry, automaton, index,
-//!   activation) and the operations that ask the router and persist what it changed.
+//!   activation), the registry composed of the manifests and the domains registered at run
+//!   time, and the operations that ask the router and persist what it changed.
 //! - [`telemetry`]: one log line per call and the Prometheus metrics.
 //! - [`service`]: the tonic `ToolRouter` service: requests parsed at the edge, domain types
 //!   into proto; `codec`: its protobuf codec (a request that does not decode is

@@ -350,23 +350,25 @@ pub async fn serve(
         .register_encoded_file_descriptor_set(crate::proto::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1alpha()?;
-    // A request may carry a message of exactly the limit plus the other fields; a larger one,
-    // up to the transport limit, is decoded so the service can name the field limit.
-    let decode_limit = (config.max_message_bytes + REQUEST_OVERHEAD_BYTES).max(TRANSPORT_LIMIT_BYTES);
+    // A request may carry a message (or an `UpsertDomain` manifest, the larger field) of
+    // exactly its limit plus the other fields; a larger one, up to the transport limit, is
+    // decoded so the service can name the field limit.
+    let limits = Limits {
+        max_message_bytes: config.max_message_bytes,
+    };
+    let decode_limit = limits
+        .max_manifest_bytes()
+        .saturating_add(REQUEST_OVERHEAD_BYTES)
+        .max(TRANSPORT_LIMIT_BYTES);
     use tonic::codec::CompressionEncoding;
-    let service = ToolRouterServer::new(ToolRouterService::new(
-        state.clone(),
-        Limits {
-            max_message_bytes: config.max_message_bytes,
-        },
-    ))
-    .max_decoding_message_size(decode_limit)
-    // gzip and zstd both ways: accepted on requests, used for answers in the first of
-    // them the client lists in grpc-accept-encoding.
-    .accept_compressed(CompressionEncoding::Gzip)
-    .accept_compressed(CompressionEncoding::Zstd)
-    .send_compressed(CompressionEncoding::Gzip)
-    .send_compressed(CompressionEncoding::Zstd);
+    let service = ToolRouterServer::new(ToolRouterService::new(state.clone(), limits))
+        .max_decoding_message_size(decode_limit)
+        // gzip and zstd both ways: accepted on requests, used for answers in the first of
+        // them the client lists in grpc-accept-encoding.
+        .accept_compressed(CompressionEncoding::Gzip)
+        .accept_compressed(CompressionEncoding::Zstd)
+        .send_compressed(CompressionEncoding::Gzip)
+        .send_compressed(CompressionEncoding::Zstd);
     let mut builder = Server::builder()
         .http2_keepalive_interval(Some(HTTP2_KEEPALIVE.0))
         .http2_keepalive_timeout(Some(HTTP2_KEEPALIVE.1));

@@ -22,6 +22,19 @@ pub struct Limits {
     pub max_message_bytes: usize,
 }
 
+/// `UpsertDomain.manifest_json` may be this many times `max_message_bytes` (1 MiB by
+/// default): a manifest carries whole JSON schemas, so it outgrows a chat message, but it
+/// stays bounded because it is parsed and validated in full, then kept in memory and stored.
+pub(crate) const MANIFEST_BYTES_PER_MESSAGE_BYTE: usize = 16;
+
+impl Limits {
+    /// Longest accepted `UpsertDomain.manifest_json`, in bytes.
+    pub(crate) fn max_manifest_bytes(self) -> usize {
+        self.max_message_bytes
+            .saturating_mul(MANIFEST_BYTES_PER_MESSAGE_BYTE)
+    }
+}
+
 /// The gRPC service; cloning is shallow.
 #[derive(Clone)]
 pub struct ToolRouterService {
@@ -586,6 +599,55 @@ impl ToolRouter for ToolRouterService {
             .merge(stop)
             .map_while(|event| event);
         Ok(Response::new(Box::pin(events)))
+    }
+
+    async fn upsert_domain(
+        &self,
+        request: Request<proto::UpsertDomainRequest>,
+    ) -> Result<Response<proto::UpsertDomainResponse>, Status> {
+        let req = request.into_inner();
+        let manifest = required(&req.manifest_json, "manifest_json")?;
+        let limit = self.limits.max_manifest_bytes();
+        if manifest.len() > limit {
+            return Err(Error::ManifestTooLong {
+                len: manifest.len(),
+                limit,
+                factor: MANIFEST_BYTES_PER_MESSAGE_BYTE,
+            }
+            .into());
+        }
+        let u = self.state.upsert_domain(manifest).await?;
+        tracing::info!(
+            domain = %u.domain,
+            created = u.created,
+            tools = u.tools,
+            registry_version = %format!("{:016x}", u.registry_version),
+            "domain upserted"
+        );
+        Ok(Response::new(proto::UpsertDomainResponse {
+            domain: u.domain,
+            created: u.created,
+            registry_version: u.registry_version,
+            tools: u32::try_from(u.tools).unwrap_or(u32::MAX),
+        }))
+    }
+
+    async fn delete_domain(
+        &self,
+        request: Request<proto::DeleteDomainRequest>,
+    ) -> Result<Response<proto::DeleteDomainResponse>, Status> {
+        let req = request.into_inner();
+        let name = bounded(required(&req.name, "name")?, "name")?;
+        let registry_version = self.state.delete_domain(name).await?;
+        tracing::info!(
+            domain = %name,
+            registry_version = %format!("{registry_version:016x}"),
+            "domain deleted"
+        );
+        Ok(Response::new(proto::DeleteDomainResponse {
+            deleted: true,
+            registry_version,
+        }))
     }
 }
 

@@ -1,6 +1,8 @@
 //! The shared state and the operations the gRPC service and the tests call: each one takes
 //! a consistent view (registry, automaton, settings snapshot, activation), asks the pure
-//! router, and persists what the decision changed before answering.
+//! router, and persists what the decision changed before answering. The registry it serves
+//! is the manifests' domains plus the domains registered at run time (stored in the
+//! database); reloads, upserts and deletes rebuild it one at a time and swap it in whole.
 
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
@@ -12,8 +14,9 @@ use crate::config::Config;
 use crate::conversations::Conversations;
 use crate::db::Db;
 use crate::error::{Error, Result};
+use crate::error::{ManifestErrors, echo};
 use crate::matcher::{MatchMode, Matcher};
-use crate::registry::{DomainId, Registry};
+use crate::registry::{Domain, DomainId, Registry, manifest};
 use crate::render::{Format, LazyRenders, Rendered, Renders};
 use crate::router::budget::{self, Cost, Dropped, Limits};
 use crate::router::{
@@ -184,6 +187,27 @@ struct Parts {
     renders: Arc<Renders>,
 }
 
+impl Parts {
+    /// Builds the automaton, then the search index and the renders (with their token counts)
+    /// side by side: both are pure and take tens of milliseconds on a large registry.
+    fn build(registry: Registry, keyword_match: MatchMode) -> Result<Parts> {
+        let matcher = Matcher::new(registry.keywords(), keyword_match)?;
+        let (index, renders) = std::thread::scope(|s| {
+            let renders = s.spawn(|| Renders::new(&registry));
+            let index = SearchIndex::new(&registry);
+            // A panic while rendering is a bug; it goes on as this thread's panic.
+            let renders = renders.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+            (index, renders)
+        });
+        Ok(Parts {
+            registry: Arc::new(registry),
+            matcher: Arc::new(matcher),
+            index: Arc::new(index),
+            renders: Arc::new(renders),
+        })
+    }
+}
+
 /// A route's answer and the view it was decided in.
 #[derive(Debug)]
 pub struct Routed {
@@ -245,16 +269,97 @@ pub struct Searched {
     pub loaded: Vec<DomainId>,
 }
 
-/// Builds the search index and the renders (with their token counts) of a registry, side by
-/// side: both are pure and take tens of milliseconds on a large registry.
-fn index_and_renders(registry: &Registry) -> (SearchIndex, Renders) {
-    std::thread::scope(|s| {
-        let renders = s.spawn(|| Renders::new(registry));
-        let index = SearchIndex::new(registry);
-        // A panic while rendering is a bug; it goes on as this thread's panic.
-        let renders = renders.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
-        (index, renders)
-    })
+/// Runs pure, CPU-bound work (parsing, building a registry) on the blocking pool.
+async fn blocking<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> Result<T> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| Error::Internal(format!("a registry task failed: {e}")))
+}
+
+/// Where the registry a daemon serves comes from, kept so that a reload, an upsert or a
+/// delete rebuilds it from what did not change.
+struct Sources {
+    /// The domains of the manifests (the folders, or the built-in demo registry), as last
+    /// loaded.
+    manifests: Vec<Domain>,
+    /// The domains registered at run time that the registry serves (all stored in the
+    /// database; a stored one that does not fit beside the manifests is not here).
+    runtime: Vec<Domain>,
+}
+
+impl Sources {
+    /// The manifests' domain of this name.
+    fn manifest_domain(&self, name: &str) -> Option<&Domain> {
+        self.manifests.iter().find(|d| d.name == name)
+    }
+
+    /// Every domain served, except the run-time domain `name`.
+    fn without(&self, name: &str) -> Vec<Domain> {
+        let mut domains = self.manifests.clone();
+        domains.extend(self.runtime.iter().filter(|d| d.name != name).cloned());
+        domains
+    }
+}
+
+/// `Domain::source` (and the label of every problem) of a manifest sent to `UpsertDomain`:
+/// the domain's name once the text has one, else the request field.
+fn upsert_source(name: Option<&str>) -> String {
+    name.map_or_else(|| "manifest_json".to_string(), |n| format!("upsert:{}", echo(n)))
+}
+
+/// `Domain::source` of a run-time domain read back from the database.
+fn stored_source(name: &str) -> String {
+    format!("database domain {}", echo(name))
+}
+
+/// The stored run-time domains that still parse, by name. One that does not (a manifest
+/// written by another version, or edited by hand) is logged with why and left out; its row
+/// stays.
+fn parse_stored(rows: Vec<(String, String)>) -> Vec<Domain> {
+    rows.into_iter()
+        .filter_map(|(name, text)| {
+            let parsed = manifest::parse_native(&text, |_| stored_source(&name))
+                .map_err(|e| ManifestErrors(e).to_string())
+                .and_then(|d| {
+                    if d.name == name {
+                        Ok(d)
+                    } else {
+                        Err(format!("its manifest names another domain, `{}`", d.name))
+                    }
+                });
+            parsed
+                .map_err(|cause| {
+                    tracing::warn!(
+                        domain = %name,
+                        %cause,
+                        "a domain registered at run time does not parse; left out of the registry (its row stays)"
+                    );
+                })
+                .ok()
+        })
+        .collect()
+}
+
+/// The registry of the manifests' domains and of each run-time domain that fits beside them.
+/// One that does not (a manifest now defines its name, or one of its tool names) is logged
+/// with why and left out; it stays stored, and comes back once it fits again.
+fn compose(manifests: &[Domain], runtime: Vec<Domain>) -> (Registry, Vec<Domain>) {
+    let (registry, left_out) = Registry::compose(manifests.to_vec(), runtime);
+    for (d, cause) in &left_out {
+        tracing::warn!(
+            domain = %d.name,
+            %cause,
+            "a domain registered at run time clashes with the manifests; left out of the registry (it stays stored)"
+        );
+    }
+    let from_manifests: std::collections::HashSet<&str> = manifests.iter().map(|d| d.name.as_str()).collect();
+    let runtime = registry
+        .domains()
+        .iter()
+        .filter(|d| !from_manifests.contains(d.name.as_str()))
+        .cloned()
+        .collect();
+    (registry, runtime)
 }
 
 /// The most domains one `SearchTools` call loads into a conversation (SPEC §5).
@@ -275,8 +380,10 @@ struct Inner {
     /// Where the registry is reloaded from: these folders, or the demo registry when empty.
     manifests: Vec<PathBuf>,
     keyword_match: MatchMode,
-    /// Serialises reloads, so the last one to finish is the last one started.
-    reload: tokio::sync::Mutex<()>,
+    /// Where the registry comes from. Its lock serialises every registry change (reloads,
+    /// upserts, deletes), so the last one to finish is the last one started, and the
+    /// database and the served registry change in the same order.
+    sources: tokio::sync::Mutex<Sources>,
     /// When the daemon started, for `DescribeServer`'s uptime.
     started: std::time::Instant,
     /// The effective configuration as TOML, secrets left out, for `DescribeServer`.
@@ -317,6 +424,19 @@ pub struct Description {
     pub config_toml: String,
 }
 
+/// What `UpsertDomain` changed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Upserted {
+    /// The domain's name.
+    pub domain: String,
+    /// Whether no domain of this name was stored before.
+    pub created: bool,
+    /// Its tools.
+    pub tools: usize,
+    /// The registry's version now.
+    pub registry_version: u64,
+}
+
 /// What a reload installed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Reloaded {
@@ -329,7 +449,9 @@ pub struct Reloaded {
 }
 
 impl State {
-    /// Opens the database, reads the settings and builds the automaton.
+    /// Opens the database, reads the settings and the domains registered at run time, and
+    /// builds the automaton. `registry` is the manifests' (files or the demo); the state
+    /// serves it with the run-time domains that fit beside it (see [`State::reload`]).
     ///
     /// # Errors
     /// A database fault or an automaton too large to build.
@@ -337,18 +459,18 @@ impl State {
         let db = Db::connect_with(&config.database, config.busy_timeout).await?;
         let settings = SettingsCache::new(db.clone(), config.settings_ttl).await?;
         let snapshot = settings.get().await;
-        let registry = Arc::new(registry);
-        let matcher = Arc::new(Matcher::new(registry.keywords(), config.keyword_match)?);
-        let (index, renders) = index_and_renders(&registry);
-        let (index, renders) = (Arc::new(index), Arc::new(renders));
+        let manifests = registry.into_domains();
+        let (registry, runtime) = compose(&manifests, parse_stored(db.read_domains().await?));
+        if !runtime.is_empty() {
+            tracing::info!(
+                runtime_domains = runtime.len(),
+                registry_version = %format!("{:016x}", registry.version()),
+                "serving the domains registered at run time too"
+            );
+        }
+        let parts = Parts::build(registry, config.keyword_match)?;
         let options = config.routing();
         let profiles = Arc::new(config.profiles()?);
-        let parts = Parts {
-            registry,
-            matcher,
-            index,
-            renders,
-        };
         let view = Arc::new(View::new(parts, snapshot, &options, profiles.clone()));
         Ok(State {
             inner: Arc::new(Inner {
@@ -366,7 +488,7 @@ impl State {
                 settings_ttl: config.settings_ttl,
                 manifests: config.manifests.clone(),
                 keyword_match: config.keyword_match,
-                reload: tokio::sync::Mutex::new(()),
+                sources: tokio::sync::Mutex::new(Sources { manifests, runtime }),
                 started: std::time::Instant::now(),
                 config_toml: config.to_toml(),
                 database: crate::db::redact_url(&config.database),
@@ -677,38 +799,157 @@ impl State {
         Ok(self.view_for(snapshot))
     }
 
-    /// Reloads the registry from where it was first loaded and swaps it in whole: a call in
-    /// flight answers from the old registry or the new one, never a mix. Invalid manifests
-    /// leave the old registry serving.
+    /// Reloads the manifests from where they were first loaded, with the run-time domains
+    /// re-read from the database, and swaps the registry in whole: a call in flight answers
+    /// from the old registry or the new one, never a mix. Invalid manifests leave the old
+    /// registry serving. A run-time domain that no longer fits beside the manifests is left
+    /// out with a warning (it stays stored); while the database cannot be read, the run-time
+    /// domains served so far are kept.
     ///
     /// # Errors
     /// `FailedPrecondition` listing every manifest problem, or an automaton too large.
     pub async fn reload(&self) -> Result<Reloaded> {
-        let _serial = self.inner.reload.lock().await;
+        let mut sources = self.inner.sources.lock().await;
+        let (rows, kept) = match self.inner.db.read_domains().await {
+            Ok(rows) => (Some(rows), Vec::new()),
+            Err(e) => {
+                tracing::warn!(
+                    error = %e,
+                    "cannot read the domains registered at run time; the reload keeps the ones served"
+                );
+                (None, sources.runtime.clone())
+            }
+        };
         let dirs = self.inner.manifests.clone();
-        let loaded = tokio::task::spawn_blocking(move || {
-            Registry::load(&dirs).map(|r| {
-                let (index, renders) = index_and_renders(&r);
-                (r, index, renders)
-            })
+        let keyword_match = self.inner.keyword_match;
+        let built = blocking(move || {
+            let manifests = Registry::load(&dirs)?.into_domains();
+            let (registry, runtime) = compose(&manifests, rows.map_or(kept, parse_stored));
+            Ok::<_, Error>((Parts::build(registry, keyword_match)?, manifests, runtime))
         })
-        .await
-        .map_err(|e| Error::Internal(format!("the reload task failed: {e}")))?;
-        let (registry, index, renders) = match loaded {
-            Ok((r, index, renders)) => (Arc::new(r), Arc::new(index), Arc::new(renders)),
+        .await?;
+        let (parts, manifests, runtime) = match built {
+            Ok(built) => built,
             Err(Error::Manifests(errors)) => {
                 let version = self.inner.view.load().registry.version();
                 return Err(Error::ManifestsRefused { version, errors });
             }
             Err(other) => return Err(other),
         };
-        let matcher = Arc::new(Matcher::new(registry.keywords(), self.inner.keyword_match)?);
-        let parts = Parts {
-            registry: registry.clone(),
-            matcher,
-            index,
-            renders,
+        self.install(&parts);
+        *sources = Sources { manifests, runtime };
+        let registry = &parts.registry;
+        let reloaded = Reloaded {
+            registry_version: registry.version(),
+            domains: registry.domains().len(),
+            tools: registry.tool_count(),
         };
+        tracing::info!(
+            registry_version = %format!("{:016x}", reloaded.registry_version),
+            domains = reloaded.domains,
+            runtime_domains = sources.runtime.len(),
+            tools = reloaded.tools,
+            "registry reloaded"
+        );
+        Ok(reloaded)
+    }
+
+    /// Registers a domain from one native JSON manifest (SPEC §10), validated as a manifest
+    /// file is and beside the rest of the registry, or replaces the one registered under its
+    /// name. It is stored before the new registry is swapped in (as [`State::reload`] swaps):
+    /// when the database write fails, nothing changed.
+    ///
+    /// # Errors
+    /// `DomainRefused` listing every problem; `DomainFromManifestsExists` for a name the
+    /// manifests define; a database fault; an automaton too large.
+    pub async fn upsert_domain(&self, manifest_json: &str) -> Result<Upserted> {
+        let text = manifest_json.to_string();
+        let domain = blocking(move || manifest::parse_native(&text, upsert_source))
+            .await?
+            .map_err(|e| Error::DomainRefused(ManifestErrors(e)))?;
+        let mut sources = self.inner.sources.lock().await;
+        if let Some(d) = sources.manifest_domain(&domain.name) {
+            return Err(Error::DomainFromManifestsExists {
+                name: domain.name,
+                manifest: d.source.clone(),
+            });
+        }
+        let mut domains = sources.without(&domain.name);
+        // Last, so that a clash is reported at the new domain, naming the one it clashes with.
+        domains.push(domain.clone());
+        let parts = self.prepare(domains).await?;
+        let created = self
+            .inner
+            .db
+            .upsert_domain(&domain.name, manifest_json, crate::conversations::now_ms())
+            .await?;
+        self.install(&parts);
+        let upserted = Upserted {
+            domain: domain.name.clone(),
+            created,
+            tools: domain.tools.len(),
+            registry_version: parts.registry.version(),
+        };
+        sources.runtime.retain(|d| d.name != domain.name);
+        sources.runtime.push(domain);
+        Ok(upserted)
+    }
+
+    /// Removes a domain registered at run time (SPEC §10): deleted from the database first,
+    /// then the registry without it is swapped in. Returns the registry's version now.
+    ///
+    /// # Errors
+    /// `DomainFromManifestsKept` for a name the manifests define; `DomainNotFound` for one
+    /// not registered at run time; a database fault (nothing changed).
+    pub async fn delete_domain(&self, name: &str) -> Result<u64> {
+        let mut sources = self.inner.sources.lock().await;
+        if let Some(d) = sources.manifest_domain(name) {
+            return Err(Error::DomainFromManifestsKept {
+                name: name.to_string(),
+                manifest: d.source.clone(),
+            });
+        }
+        // A stored domain left out of the registry (it did not fit) is deleted from the
+        // database only: the registry does not change. Fewer domains than a registry that
+        // was valid cannot clash.
+        let served = sources.runtime.iter().any(|d| d.name == name);
+        let parts = if served {
+            Some(self.prepare(sources.without(name)).await?)
+        } else {
+            None
+        };
+        let stored = self.inner.db.delete_domain(name).await?;
+        if !stored && !served {
+            return Err(Error::DomainNotFound {
+                name: name.to_string(),
+                registered: sources.runtime.iter().map(|d| d.name.clone()).collect(),
+            });
+        }
+        let Some(parts) = parts else {
+            return Ok(self.inner.view.load().registry.version());
+        };
+        self.install(&parts);
+        sources.runtime.retain(|d| d.name != name);
+        Ok(parts.registry.version())
+    }
+
+    /// The registry of `domains`, checked as [`Registry::new`] checks, and what answers read
+    /// beside it, built on the blocking pool.
+    ///
+    /// # Errors
+    /// `DomainRefused` listing every clash, or an automaton too large.
+    async fn prepare(&self, domains: Vec<Domain>) -> Result<Parts> {
+        let keyword_match = self.inner.keyword_match;
+        blocking(move || {
+            let registry = Registry::new(domains).map_err(Error::DomainRefused)?;
+            Parts::build(registry, keyword_match)
+        })
+        .await?
+    }
+
+    /// Swaps a new registry in, keeping the settings snapshot of the view it replaces, and
+    /// tells `WatchRegistry` streams.
+    fn install(&self, parts: &Parts) {
         self.inner.view.rcu(|current| {
             View::new(
                 parts.clone(),
@@ -718,18 +959,6 @@ impl State {
             )
         });
         self.publish(&self.inner.view.load_full());
-        let reloaded = Reloaded {
-            registry_version: registry.version(),
-            domains: registry.domains().len(),
-            tools: registry.tool_count(),
-        };
-        tracing::info!(
-            registry_version = %format!("{:016x}", reloaded.registry_version),
-            domains = reloaded.domains,
-            tools = reloaded.tools,
-            "registry reloaded"
-        );
-        Ok(reloaded)
     }
 
     /// Forgets one conversation.

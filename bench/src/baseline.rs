@@ -201,4 +201,18 @@ impl ToolRouter for BaselineService {
     ) -> Result<Response<Self::WatchRegistryStream>, Status> {
         unimplemented()
     }
+
+    async fn upsert_domain(
+        &self,
+        _: Request<proto::UpsertDomainRequest>,
+    ) -> Result<Response<proto::UpsertDomainResponse>, Status> {
+        unimplemented()
+    }
+
+    async fn delete_domain(
+        &self,
+        _: Request<proto::DeleteDomainRequest>,
+    ) -> Result<Response<proto::DeleteDomainResponse>, Status> {
+        unimplemented()
+    }
 }

@@ -30,11 +30,12 @@ use toolrouter::config::Config;
 use toolrouter::db::Db;
 use toolrouter::proto::tool_router_client::ToolRouterClient;
 use toolrouter::proto::{
-    CheckToolCallRequest, CheckToolCallResponse, InvalidateSettingsRequest, InvalidateSettingsResponse,
-    ListAllToolsRequest, ListAllToolsResponse, ListGroupsRequest, ListGroupsResponse, LoadToolGroupRequest,
-    LoadToolGroupResponse, Reason, RegistryEvent, ReloadRegistryRequest, ReloadRegistryResponse,
-    ResetConversationRequest, ResetConversationResponse, RouteRequest, RouteResponse, SearchToolsRequest,
-    SearchToolsResponse, WatchRegistryRequest,
+    CheckToolCallRequest, CheckToolCallResponse, DeleteDomainRequest, DeleteDomainResponse,
+    InvalidateSettingsRequest, InvalidateSettingsResponse, ListAllToolsRequest, ListAllToolsResponse,
+    ListGroupsRequest, ListGroupsResponse, LoadToolGroupRequest, LoadToolGroupResponse, Reason,
+    RegistryEvent, ReloadRegistryRequest, ReloadRegistryResponse, ResetConversationRequest,
+    ResetConversationResponse, RouteRequest, RouteResponse, SearchToolsRequest, SearchToolsResponse,
+    UpsertDomainRequest, UpsertDomainResponse, WatchRegistryRequest,
 };
 use toolrouter::registry::Registry;
 use toolrouter::router::Member;
@@ -474,6 +475,18 @@ impl TestApp {
             profile: profile.into(),
         };
         inner(self.client.watch_registry(request).await)
+    }
+
+    pub async fn upsert_domain(&mut self, manifest_json: &str) -> Result<UpsertDomainResponse, Status> {
+        let request = UpsertDomainRequest {
+            manifest_json: manifest_json.into(),
+        };
+        inner(self.client.upsert_domain(request).await)
+    }
+
+    pub async fn delete_domain(&mut self, name: &str) -> Result<DeleteDomainResponse, Status> {
+        let request = DeleteDomainRequest { name: name.into() };
+        inner(self.client.delete_domain(request).await)
     }
 }
 

@@ -2,6 +2,7 @@
 
 mod cli;
 mod conversations;
+mod domains;
 mod faults;
 mod formats;
 mod helpers;
