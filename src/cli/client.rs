@@ -1,12 +1,12 @@
 //! The client commands (`route`, `search`, `groups`, `load`, `tools`, `invalidate`, `reset`,
-//! `reload`, `describe`, `health`): each goes through [`exchange`], which connects, sends
+//! `reload`, `describe`, `health`, `domains`): each goes through [`exchange`], which connects, sends
 //! one call within the timeout and prints the answer, in protobuf's canonical JSON with
 //! `--json`, else through the command's own text rendering.
 
 use std::future::Future;
 use std::time::Duration;
 
-use clap::Args;
+use clap::{Args, Subcommand};
 use serde_json::json;
 use tonic::transport::Channel;
 use tonic_health::pb::health_check_response::ServingStatus;
@@ -115,6 +115,8 @@ canonical_json!(
     proto::ReloadRegistryResponse,
     proto::DescribeServerResponse,
     proto::CheckToolCallResponse,
+    proto::UpsertDomainResponse,
+    proto::DeleteDomainResponse,
 );
 
 impl Answer for HealthCheckResponse {
@@ -466,11 +468,17 @@ pub(super) async fn reload(args: &ClientArgs) -> Result<(), Failure> {
         },
     )
     .await;
-    match reloaded {
+    // Refused, the daemon serves on with the old manifests.
+    manifest_refusal(reloaded, tonic::Code::FailedPrecondition)
+}
+
+/// An answer the daemon refused with `code` because of a manifest is a manifest problem:
+/// exit 2, as `check` would.
+fn manifest_refusal<T>(answer: Result<T, Failure>, code: tonic::Code) -> Result<(), Failure> {
+    match answer {
         Ok(_) => Ok(()),
-        // The daemon refused the manifests (and serves on with the old ones): a manifest
-        // problem, exit 2 as `check` would.
-        Err(f) if f.message.starts_with("FailedPrecondition") => Err(Failure::config(f.message)),
+        // A `Failure` from a `Status` starts with the code's name.
+        Err(f) if f.message.starts_with(&format!("{code:?}:")) => Err(Failure::config(f.message)),
         Err(f) => Err(f),
     }
 }
@@ -532,4 +540,66 @@ pub(super) async fn check_call(
     )
     .await
     .map(drop)
+}
+
+/// `domains`: register a domain at run time, or remove one.
+#[derive(Debug, Subcommand)]
+pub enum DomainsCommand {
+    /// Register a domain from a native JSON manifest file, or replace the one registered
+    /// under its name; exits 2 when the daemon refuses the manifest.
+    Upsert {
+        /// The manifest: one native domain manifest as JSON (not a group array, not TOML).
+        file: std::path::PathBuf,
+        /// Connection and output options.
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Remove a domain registered at run time.
+    Delete {
+        /// The domain's name.
+        name: String,
+        /// Connection and output options.
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+}
+
+pub(super) async fn domains(command: DomainsCommand) -> Result<(), Failure> {
+    match command {
+        DomainsCommand::Upsert { file, client } => {
+            let manifest_json = std::fs::read_to_string(&file)
+                .map_err(|e| Failure::config(format!("cannot read {}: {e}", file.display())))?;
+            let request = proto::UpsertDomainRequest { manifest_json };
+            let upserted = exchange(
+                &client,
+                |mut c: Client| async move { c.upsert_domain(request).await },
+                |r| {
+                    out!(
+                        "domain '{}' {} ({} tools); registry version {:016x}",
+                        r.domain,
+                        if r.created { "registered" } else { "replaced" },
+                        r.tools,
+                        r.registry_version
+                    )
+                },
+            )
+            .await;
+            manifest_refusal(upserted, tonic::Code::InvalidArgument)
+        }
+        DomainsCommand::Delete { name, client } => {
+            let request = proto::DeleteDomainRequest { name: name.clone() };
+            exchange(
+                &client,
+                |mut c: Client| async move { c.delete_domain(request).await },
+                |r| {
+                    out!(
+                        "domain '{name}' deleted; registry version {:016x}",
+                        r.registry_version
+                    )
+                },
+            )
+            .await
+            .map(drop)
+        }
+    }
 }

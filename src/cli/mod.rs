@@ -2,7 +2,8 @@
 //!
 //! - [`serve`]: `serve`, its flags over the configuration, signals and logging.
 //! - `client`: the commands that call a running daemon (`route`, `search`, `groups`, `load`,
-//!   `tools`, `invalidate`, `reset`, `reload`, `describe`, `health`), over [`connection`].
+//!   `tools`, `invalidate`, `reset`, `reload`, `describe`, `health`, `domains`), over
+//!   [`connection`].
 //! - `settings`: edit the settings table like a settings UI would.
 //! - `check`: offline manifest validation and `keywords suggest`.
 //! - `eval`: routing quality over labelled messages, in-process.
@@ -37,7 +38,7 @@ mod settings;
 
 use bench::BenchCommand;
 use check::KeywordsCommand;
-use client::ClientArgs;
+use client::{ClientArgs, DomainsCommand};
 use connection::{Connection, DEFAULT_ADDR};
 use eval::EvalArgs;
 use serve::ServeArgs;
@@ -169,6 +170,13 @@ pub enum Command {
         /// Connection and output options.
         #[command(flatten)]
         client: ClientArgs,
+    },
+    /// Register domains at run time (stored in the daemon's database, kept across reloads
+    /// and restarts) or remove them.
+    Domains {
+        /// What to do.
+        #[command(subcommand)]
+        command: DomainsCommand,
     },
     /// Check the daemon's gRPC health; exits 0 when it is SERVING.
     Health {
@@ -312,6 +320,7 @@ pub async fn run(cli: Cli) -> ExitCode {
         Command::Reset { conversation, client } => client::reset(&client, conversation).await,
         Command::Reload { client } => client::reload(&client).await,
         Command::Describe { client } => client::describe(&client).await,
+        Command::Domains { command } => client::domains(command).await,
         Command::Health { client } => client::health(client).await,
         Command::Check { dirs, json } => check::check(&dirs, json),
         Command::Settings {

@@ -5,8 +5,8 @@
 use tonic::Code;
 
 use crate::helpers::{
-    Daemon, ProfileConfig, TestApp, db_url, decisions, demo_registry, json_lines, manifest_dir,
-    search_request, spawn_app, temp_dir,
+    Daemon, ProfileConfig, TestApp, db_url, decisions, demo_registry, json_lines, json_of, manifest_dir, run,
+    search_request, shown, spawn_app, temp_dir,
 };
 
 /// A domain `lab` with one tool and the keyword `oscilloscope`.
@@ -480,5 +480,59 @@ async fn watchers_hear_of_each_upsert_and_delete_and_profiles_apply_to_run_time_
     let event = next().await;
     assert_eq!(event.registry_version, deleted.registry_version);
     assert!(!event.active_domains.contains(&"lab".to_string()), "{event:?}");
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn domains_upsert_and_delete_work_from_the_command_line() {
+    let app = spawn_app().await;
+    let addr = app.addr.to_string();
+    let file = app.dir().join("lab.json");
+    std::fs::write(&file, LAB).unwrap();
+    let file = file.to_str().unwrap();
+
+    let out = run(app.dir(), &["domains", "upsert", file, "--addr", &addr]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", shown(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.starts_with("domain 'lab' registered (1 tools); registry version "),
+        "{stdout}"
+    );
+
+    let out = run(app.dir(), &["domains", "upsert", file, "--json", "--addr", &addr]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", shown(&out));
+    let v = json_of(&out);
+    assert_eq!(v["domain"], "lab", "{v}");
+    assert!(v["registryVersion"].is_string(), "{v}");
+    assert!(
+        v.get("created").is_none(),
+        "false is left out in canonical JSON: {v}"
+    );
+
+    // A refused manifest is a manifest problem: exit 2, with the daemon's reasons.
+    let toml = app.dir().join("lab.toml");
+    std::fs::write(&toml, "name = \"lab\"\n").unwrap();
+    let out = run(
+        app.dir(),
+        &["domains", "upsert", toml.to_str().unwrap(), "--addr", &addr],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(2), "{}", shown(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("InvalidArgument") && stderr.contains("TOML"),
+        "{stderr}"
+    );
+
+    let out = run(app.dir(), &["domains", "delete", "lab", "--addr", &addr]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", shown(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("domain 'lab' deleted; registry version "));
+    let out = run(app.dir(), &["domains", "delete", "lab", "--addr", &addr]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", shown(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("NotFound: Run-time domain 'lab' not found"),
+        "{}",
+        shown(&out)
+    );
     app.stop().await;
 }
