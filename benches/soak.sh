@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The soak run: the release daemon on loopback serves the mixed workload (mostly Route, plus
-# LoadToolGroup, ListGroups, InvalidateSettings and ReloadRegistry) from `toolrouter bench
-# grpc --mix mixed` over the demo messages while a second process (`toolrouter-bench
-# flip-settings`) flips settings in its database and a third (`toolrouter-bench watch`)
-# holds WatchRegistry streams open, reading slowly, until the daemon stops. Fails on any
-# unexpected error: from a call, from a settings write, from a watcher, in the daemon's log,
-# or at shutdown.
+# LoadToolGroup, ListGroups, InvalidateSettings, ReloadRegistry, and UpsertDomain/DeleteDomain
+# of a run-time domain per worker, which the registry is rebuilt and stored for) from
+# `toolrouter bench grpc --mix mixed` over the demo messages while a second process
+# (`toolrouter-bench flip-settings`) flips settings in its database and a third
+# (`toolrouter-bench watch`) holds WatchRegistry streams open, reading slowly, until the daemon
+# stops. Fails on any unexpected error: from a call, from a settings write, from a watcher, in
+# the daemon's log, or at shutdown; and if a run-time domain of the mix is left behind.
 #
 #   benches/soak.sh [duration=60s] [concurrency=8]
 set -euo pipefail
@@ -50,6 +51,12 @@ watcher=$!
 status=0
 "$bin" bench grpc --addr "http://$addr" --mix mixed --concurrency "$concurrency" \
   --duration "$duration" --messages "$work/demo/messages.jsonl" | tee "$work/soak.out" || status=1
+# The run-time domains the mix registers are deleted again by the time it ends.
+left=$("$bin" groups --addr "http://$addr" | grep -c '^bench-worker-' || true)
+if [ "$left" != 0 ]; then
+  echo "soak: $left run-time domains left behind"
+  status=1
+fi
 
 wait "$flipper" || { echo "soak: settings writes failed"; status=1; }
 flipper=

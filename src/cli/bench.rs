@@ -5,7 +5,8 @@
 //!
 //! Two workloads: `route` (only `Route`, no conversation: the throughput benchmark) and
 //! `mixed` (the soak: mostly `Route` within conversations, plus `LoadToolGroup`,
-//! `ListGroups`, `InvalidateSettings` and `ReloadRegistry`).
+//! `ListGroups`, `InvalidateSettings`, `ReloadRegistry`, and `UpsertDomain`/`DeleteDomain`
+//! of one run-time domain per worker, deleted again when the run ends).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -86,8 +87,10 @@ pub(super) async fn bench(command: BenchCommand) -> Result<(), Failure> {
 pub enum Mix {
     /// Only `Route`, without a conversation.
     Route,
-    /// Of every 100 calls: 90 `Route` (two in three within a conversation), 4
-    /// `LoadToolGroup`, 3 `ListGroups`, 2 `InvalidateSettings`, 1 `ReloadRegistry`.
+    /// Of every 100 calls: 88 `Route` (two in three within a conversation), 4
+    /// `LoadToolGroup`, 3 `ListGroups`, 2 `InvalidateSettings`, 1 `ReloadRegistry`, and 2
+    /// that register the worker's own run-time domain (`UpsertDomain`) or delete it
+    /// (`DeleteDomain`) in turn.
     Mixed,
 }
 
@@ -198,11 +201,37 @@ fn outcome<T>(result: Result<tonic::Response<T>, tonic::Status>, valid: impl FnO
     }
 }
 
-/// One call of the mix, chosen by the worker's call counter.
+/// The run-time domain worker `worker` of the mixed workload registers and deletes: its
+/// name and its native manifest (one tool, a keyword no message says).
+fn worker_domain(worker: usize) -> (String, String) {
+    let name = format!("bench-worker-{worker}");
+    let manifest = serde_json::json!({
+        "name": name,
+        "description": "A domain the load generator registers and deletes at run time",
+        "keywords": [format!("benchworker{worker}")],
+        "tools": [{
+            "name": format!("bench_worker_{worker}_status"),
+            "description": "Report the load generator worker's status",
+            "tier": "read",
+            "input_schema": {"type": "object", "properties": {"verbose": {"type": "boolean"}}}
+        }]
+    });
+    (name, manifest.to_string())
+}
+
+/// Deletes the worker's run-time domain.
+async fn delete_worker_domain(client: &mut Client, worker: usize) -> Outcome {
+    let name = worker_domain(worker).0;
+    let r = client.delete_domain(proto::DeleteDomainRequest { name }).await;
+    outcome(r, |r| r.deleted)
+}
+
+/// One call of the mix, chosen by the worker's call counter; `registered` says whether the
+/// worker's run-time domain is registered now, so it is deleted only once it was.
 async fn call(
     client: &mut Client,
     (mix, format): (Mix, i32),
-    worker: usize,
+    (worker, registered): (usize, bool),
     n: usize,
     message: String,
     groups: &[String],
@@ -212,7 +241,7 @@ async fn call(
     // one, so the Route-only benchmark allocates nothing extra per call.
     let conversation = || format!("soak-{worker}-{}", n / 50);
     match (mix, slot) {
-        (Mix::Route, _) | (Mix::Mixed, 10..) => {
+        (Mix::Route, _) | (Mix::Mixed, 12..) => {
             let conversation_id = if mix == Mix::Mixed && !slot.is_multiple_of(3) {
                 conversation()
             } else {
@@ -257,6 +286,14 @@ async fn call(
                 .invalidate_settings(proto::InvalidateSettingsRequest {})
                 .await;
             ("InvalidateSettings", outcome(r, |_| true))
+        }
+        (Mix::Mixed, 10..=11) if registered => ("DeleteDomain", delete_worker_domain(client, worker).await),
+        (Mix::Mixed, 10..=11) => {
+            let (name, manifest_json) = worker_domain(worker);
+            let r = client
+                .upsert_domain(proto::UpsertDomainRequest { manifest_json })
+                .await;
+            ("UpsertDomain", outcome(r, |r| r.domain == name && r.tools == 1))
         }
         (Mix::Mixed, _) => {
             let r = client.reload_registry(proto::ReloadRegistryRequest {}).await;
@@ -315,14 +352,22 @@ async fn run(
                 failures: BTreeMap::new(),
             };
             let mut n = worker;
+            let mut registered = false;
             loop {
                 let sent = Instant::now();
                 if sent >= deadline {
                     break;
                 }
                 let message = messages[n % messages.len()].clone();
-                let (name, result) = call(&mut client, mix, worker, n, message, &groups).await;
+                let (name, result) = call(&mut client, mix, (worker, registered), n, message, &groups).await;
                 n += 1;
+                if matches!(result, Outcome::Ok) {
+                    registered = match name {
+                        "UpsertDomain" => true,
+                        "DeleteDomain" => false,
+                        _ => registered,
+                    };
+                }
                 let took = sent.elapsed();
                 if sent < measure_from {
                     continue;
@@ -342,6 +387,14 @@ async fn run(
                         *t.failures.entry(format!("{name} {kind}")).or_default() += 1;
                     }
                 }
+            }
+            // A run against a deployment leaves no domain of its own behind (not measured).
+            if registered
+                && let Outcome::Failed { kind, detail } = delete_worker_domain(&mut client, worker).await
+            {
+                t.errors += 1;
+                *t.failures.entry(format!("DeleteDomain {kind}")).or_default() += 1;
+                tracing::warn!(%kind, %detail, "cannot delete the worker's run-time domain");
             }
             t
         }));
