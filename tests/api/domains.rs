@@ -22,21 +22,29 @@ const LAB: &str = r#"{
 }"#;
 
 /// `lab` again, with a second tool.
-const LAB_TWO_TOOLS: &str = r#"{
-  "name": "lab",
-  "display_name": "Lab bench",
-  "description": "Bench instruments: oscilloscope captures and the power supply",
-  "keywords": ["oscilloscope"],
-  "tools": [
-    {"name": "lab_capture_waveform", "description": "Capture a waveform from the oscilloscope", "tier": "read",
-     "input_schema": {"type": "object", "properties": {"channel": {"type": "integer"}}, "required": ["channel"]}},
-    {"name": "lab_set_voltage", "description": "Set the bench power supply's output voltage", "tier": "modify"}
-  ]
-}"#;
+fn lab_with_two_tools() -> String {
+    let mut lab: serde_json::Value = serde_json::from_str(LAB).unwrap();
+    lab["tools"].as_array_mut().unwrap().push(serde_json::json!({
+        "name": "lab_set_voltage",
+        "description": "Set the bench power supply's output voltage",
+        "tier": "modify"
+    }));
+    lab.to_string()
+}
 
 /// A minimal always-active domain `name` whose one tool is `tool`.
 fn domain(name: &str, tool: &str) -> String {
     format!(r#"{{"name":"{name}","tools":[{{"name":"{tool}","description":"Does {name} things"}}]}}"#)
+}
+
+/// A server on a manifest folder holding one domain, `base` (tool `base_tool`), so a test can
+/// change the folder and reload.
+async fn on_a_manifest_folder() -> TestApp {
+    let base = domain("base", "base_tool");
+    TestApp::builder()
+        .manifests(&[("base.json", &base)])
+        .spawn()
+        .await
 }
 
 /// The names of every tool `ListAllTools` answers, and its registry version.
@@ -83,7 +91,7 @@ async fn an_upserted_domain_is_served_everywhere_and_a_second_upsert_replaces_it
     let found = app.search(search_request("waveform")).await.unwrap();
     assert_eq!(found.hits[0].tool.as_ref().unwrap().name, "lab_capture_waveform");
 
-    let second = app.upsert_domain(LAB_TWO_TOOLS).await.unwrap();
+    let second = app.upsert_domain(&lab_with_two_tools()).await.unwrap();
     assert_eq!((second.created, second.tools), (false, 2));
     assert_ne!(second.registry_version, first.registry_version);
     let (tools, _) = all_tools(&mut app).await;
@@ -138,11 +146,7 @@ async fn a_deleted_domain_is_gone_and_an_unknown_name_is_not_found_with_the_regi
 
 #[tokio::test]
 async fn run_time_domains_survive_a_restart_and_a_reload_with_the_same_version() {
-    let base = domain("base", "base_tool");
-    let mut app = TestApp::builder()
-        .manifests(&[("base.json", &base)])
-        .spawn()
-        .await;
+    let mut app = on_a_manifest_folder().await;
     app.upsert_domain(LAB).await.unwrap();
     app.upsert_domain(&domain("gone", "gone_tool")).await.unwrap();
     let version = app.delete_domain("gone").await.unwrap().registry_version;
@@ -354,11 +358,7 @@ async fn concurrent_upserts_all_land_in_the_registry_and_the_database() {
 
 #[tokio::test]
 async fn a_stored_domain_that_no_longer_fits_is_left_out_at_start_and_comes_back_when_it_fits() {
-    let base = domain("base", "base_tool");
-    let mut app = TestApp::builder()
-        .manifests(&[("base.json", &base)])
-        .spawn()
-        .await;
+    let mut app = on_a_manifest_folder().await;
     app.upsert_domain(&domain("extra", "shared_tool")).await.unwrap();
     app.upsert_domain(&domain("named", "named_tool")).await.unwrap();
     // The manifests now define `named`, and another domain takes `extra`'s tool name.
