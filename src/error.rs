@@ -145,6 +145,19 @@ pub enum Error {
         /// The profile the token is bound to.
         bound: String,
     },
+    /// A call with an auth token bound to a profile asks to change the registry: such a
+    /// token is a consumer's, limited to what its profile sees, and a run-time domain is
+    /// served to every consumer.
+    #[error(
+        "This auth token is bound to profile '{bound}'; it cannot change the registry ({method} needs the \
+         daemon's --auth-token)."
+    )]
+    RegistryChangeNotAllowed {
+        /// The profile the token is bound to.
+        bound: String,
+        /// The RPC asked for.
+        method: &'static str,
+    },
     /// A run-time domain's manifest (`UpsertDomain`) is invalid, alone or beside the rest of
     /// the registry; every problem is listed, each naming the domain.
     #[error("The domain is refused; nothing changed.\n{0}")]
@@ -300,7 +313,9 @@ impl From<Error> for tonic::Status {
             | Error::UnknownProfile { .. }
             | Error::ManifestTooLong { .. }
             | Error::DomainRefused(_) => Status::invalid_argument(err.to_string()),
-            Error::ProfileNotAllowed { .. } => Status::permission_denied(err.to_string()),
+            Error::ProfileNotAllowed { .. } | Error::RegistryChangeNotAllowed { .. } => {
+                Status::permission_denied(err.to_string())
+            }
             // The caller sent bytes that are not its request message: its mistake, not ours.
             Error::Decode(_) => {
                 tracing::warn!(error = %err, "request refused: not decodable");
@@ -455,6 +470,15 @@ mod tests {
                 },
                 Code::NotFound,
                 "Run-time domain 'nope' not found. Domains registered at run time: a, b",
+            ),
+            (
+                Error::RegistryChangeNotAllowed {
+                    bound: "mcp-media".into(),
+                    method: "UpsertDomain",
+                },
+                Code::PermissionDenied,
+                "This auth token is bound to profile 'mcp-media'; it cannot change the registry \
+                 (UpsertDomain needs the daemon's --auth-token).",
             ),
             (
                 Error::DomainNotFound {

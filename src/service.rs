@@ -605,6 +605,7 @@ impl ToolRouter for ToolRouterService {
         &self,
         request: Request<proto::UpsertDomainRequest>,
     ) -> Result<Response<proto::UpsertDomainResponse>, Status> {
+        registry_change_allowed(&request, "UpsertDomain")?;
         let req = request.into_inner();
         let manifest = required(&req.manifest_json, "manifest_json")?;
         let limit = self.limits.max_manifest_bytes();
@@ -636,6 +637,7 @@ impl ToolRouter for ToolRouterService {
         &self,
         request: Request<proto::DeleteDomainRequest>,
     ) -> Result<Response<proto::DeleteDomainResponse>, Status> {
+        registry_change_allowed(&request, "DeleteDomain")?;
         let req = request.into_inner();
         let name = bounded(required(&req.name, "name")?, "name")?;
         let registry_version = self.state.delete_domain(name).await?;
@@ -648,6 +650,18 @@ impl ToolRouter for ToolRouterService {
             deleted: true,
             registry_version,
         }))
+    }
+}
+
+/// Refuses a call that changes the registry when its auth token is bound to a profile: such
+/// a token is one consumer's, while a run-time domain is served to every consumer.
+fn registry_change_allowed<T>(request: &Request<T>, method: &'static str) -> Result<()> {
+    match request.extensions().get::<BoundProfile>() {
+        Some(bound) => Err(Error::RegistryChangeNotAllowed {
+            bound: bound.0.to_string(),
+            method,
+        }),
+        None => Ok(()),
     }
 }
 

@@ -484,6 +484,40 @@ async fn watchers_hear_of_each_upsert_and_delete_and_profiles_apply_to_run_time_
 }
 
 #[tokio::test]
+async fn a_token_bound_to_a_profile_cannot_change_the_registry_and_the_daemons_token_can() {
+    let app = TestApp::builder()
+        .config(|c| {
+            c.profiles.insert("media".into(), ProfileConfig::default());
+            c.auth_token = Some("admin-token".into());
+            c.tokens = std::collections::BTreeMap::from([("media-token".to_string(), "media".to_string())]);
+        })
+        .spawn()
+        .await;
+    let upsert = || toolrouter::proto::UpsertDomainRequest {
+        manifest_json: LAB.into(),
+    };
+    let delete = || toolrouter::proto::DeleteDomainRequest { name: "lab".into() };
+    let mut media = app.connection_with_token("media-token").client().await.unwrap();
+    let err = media.upsert_domain(upsert()).await.unwrap_err();
+    assert_eq!(err.code(), Code::PermissionDenied);
+    assert_eq!(
+        err.message(),
+        "This auth token is bound to profile 'media'; it cannot change the registry \
+         (UpsertDomain needs the daemon's --auth-token)."
+    );
+    assert!(stored(&app).await.is_empty(), "nothing stored");
+
+    let mut admin = app.connection_with_token("admin-token").client().await.unwrap();
+    assert!(admin.upsert_domain(upsert()).await.unwrap().into_inner().created);
+    let err = media.delete_domain(delete()).await.unwrap_err();
+    assert_eq!(err.code(), Code::PermissionDenied);
+    assert!(err.message().contains("DeleteDomain"), "{}", err.message());
+    assert_eq!(stored(&app).await, ["lab"], "still stored");
+    assert!(admin.delete_domain(delete()).await.unwrap().into_inner().deleted);
+    app.stop().await;
+}
+
+#[tokio::test]
 async fn domains_upsert_and_delete_work_from_the_command_line() {
     let app = spawn_app().await;
     let addr = app.addr.to_string();
