@@ -5,8 +5,8 @@
 use tonic::Code;
 
 use crate::helpers::{
-    Daemon, ProfileConfig, TestApp, db_url, decisions, demo_registry, json_lines, json_of, manifest_dir, run,
-    search_request, shown, spawn_app, temp_dir,
+    Daemon, ProfileConfig, TestApp, db_url, decisions, demo_registry, json_lines, json_of, manifest_dir,
+    next_event, run, search_request, shown, spawn_app, temp_dir,
 };
 
 /// A domain `lab` with one tool and the keyword `oscilloscope`.
@@ -439,7 +439,6 @@ async fn the_daemon_starts_and_warns_about_each_stored_domain_left_out_with_its_
 
 #[tokio::test]
 async fn watchers_hear_of_each_upsert_and_delete_and_profiles_apply_to_run_time_domains() {
-    use tokio_stream::StreamExt as _;
     let mut app = TestApp::builder()
         .config(|c| {
             c.profiles.insert(
@@ -453,17 +452,13 @@ async fn watchers_hear_of_each_upsert_and_delete_and_profiles_apply_to_run_time_
         .spawn()
         .await;
     let mut watcher = app.watch("").await.unwrap();
-    let mut next = async || {
-        tokio::time::timeout(std::time::Duration::from_secs(5), watcher.next())
-            .await
-            .expect("an event within 5 s")
-            .expect("the stream is open")
-            .expect("an event, not an error")
-    };
-    assert_eq!(next().await.registry_version, demo_registry().version());
+    assert_eq!(
+        next_event(&mut watcher).await.registry_version,
+        demo_registry().version()
+    );
 
     let upserted = app.upsert_domain(LAB).await.unwrap();
-    let event = next().await;
+    let event = next_event(&mut watcher).await;
     assert_eq!(event.registry_version, upserted.registry_version);
     assert!(event.active_domains.contains(&"lab".to_string()), "{event:?}");
 
@@ -477,7 +472,7 @@ async fn watchers_hear_of_each_upsert_and_delete_and_profiles_apply_to_run_time_
     );
 
     let deleted = app.delete_domain("lab").await.unwrap();
-    let event = next().await;
+    let event = next_event(&mut watcher).await;
     assert_eq!(event.registry_version, deleted.registry_version);
     assert!(!event.active_domains.contains(&"lab".to_string()), "{event:?}");
     app.stop().await;

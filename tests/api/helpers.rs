@@ -208,6 +208,16 @@ pub async fn list_services(channel: Channel) -> Result<Vec<String>, Status> {
     Ok(list.service.into_iter().map(|s| s.name).collect())
 }
 
+/// The next event of a `WatchRegistry` stream, within a few seconds.
+pub async fn next_event(stream: &mut tonic::Streaming<RegistryEvent>) -> RegistryEvent {
+    use tokio_stream::StreamExt as _;
+    tokio::time::timeout(Duration::from_secs(5), stream.next())
+        .await
+        .expect("an event within 5 s")
+        .expect("the stream is open")
+        .expect("an event, not an error")
+}
+
 /// The message of an answer, or its status.
 fn inner<T>(answer: Result<tonic::Response<T>, Status>) -> Result<T, Status> {
     answer.map(tonic::Response::into_inner)

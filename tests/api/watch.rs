@@ -7,19 +7,10 @@ use std::time::Duration;
 use tokio_stream::StreamExt as _;
 use toolrouter::proto::RegistryEvent;
 
-use crate::helpers::{ProfileConfig, TestApp, route_request};
+use crate::helpers::{ProfileConfig, TestApp, next_event as next, route_request};
 
 const A: &str = r#"{"name":"a","keywords":["alpha"],"tools":[{"name":"a1","description":"A one"},{"name":"a2","description":"A two"}]}"#;
 const B: &str = r#"{"name":"b","settings_keys":["b_url"],"keywords":["beta"],"tools":[{"name":"b1","description":"B one"}]}"#;
-
-/// The next event, within a few seconds.
-async fn next(stream: &mut tonic::Streaming<RegistryEvent>) -> RegistryEvent {
-    tokio::time::timeout(Duration::from_secs(5), stream.next())
-        .await
-        .expect("an event within 5 s")
-        .expect("the stream is open")
-        .expect("an event, not an error")
-}
 
 /// Whether the stream stays quiet for a moment.
 async fn quiet(stream: &mut tonic::Streaming<RegistryEvent>) -> bool {
