@@ -38,7 +38,8 @@ pub struct Config {
     /// Address to listen on; loopback by default so nothing outside the host can call it.
     #[serde(deserialize_with = "listen_addr")]
     pub listen: SocketAddr,
-    /// SQLite URL of the settings and conversations database (created and migrated on start).
+    /// The settings and conversations database, created (SQLite) and migrated on start:
+    /// `sqlite://FILE`, or `postgres://...` for several daemons sharing one database.
     pub database: String,
     /// Manifest folders; empty means the demo registry built into the binary.
     pub manifests: Vec<PathBuf>,
@@ -74,7 +75,8 @@ pub struct Config {
     pub token_budget: Option<u32>,
     /// Log output format.
     pub log_format: LogFormat,
-    /// How long a database statement waits for another writer's lock before failing.
+    /// How long a database statement (or the wait for a pooled connection) may take before
+    /// failing: another writer's SQLite lock, a slow or unreachable PostgreSQL server.
     #[serde(with = "duration")]
     pub busy_timeout: Duration,
     /// On SIGTERM, how long in-flight calls get to finish before the daemon exits anyway.
@@ -246,12 +248,18 @@ impl Config {
         }
     }
 
-    /// The configuration as a TOML file `--config` would accept. The auth token is never
-    /// printed; a comment says whether one is set.
+    /// The configuration as a TOML file `--config` would accept. The auth token and the
+    /// database URL's credentials are never printed; a comment says when they were left out.
     pub(crate) fn to_toml(&self) -> String {
+        let database = crate::db::redact_url(&self.database);
+        let redacted = database != self.database;
+        let shown = Config {
+            database,
+            ..self.clone()
+        };
         // Every field is a string, number, bool, list or absent option, all of which TOML
         // holds; only a path that is not UTF-8 cannot be written, and then the text says so.
-        let mut out = toml::to_string(self)
+        let mut out = toml::to_string(&shown)
             .unwrap_or_else(|e| format!("# the configuration cannot be written as TOML: {e}\n"));
         if self.auth_token.is_some() {
             out.push_str("# auth_token is set (not printed)\n");
@@ -261,6 +269,9 @@ impl Config {
                 "# {} auth token(s) bound to profiles (not printed)\n",
                 self.tokens.len()
             ));
+        }
+        if redacted {
+            out.push_str("# database credentials are set (not printed)\n");
         }
         // Printed with `println!`-style line ends by its callers.
         out.truncate(out.trim_end().len());
@@ -515,6 +526,22 @@ max_tools = 40
         let back: Config = toml::from_str(&text).unwrap();
         assert_eq!(back.tls_key, c.tls_key);
         assert_eq!(back.auth_token, None);
+    }
+
+    #[test]
+    fn the_printed_config_never_shows_database_credentials() {
+        let c = Config {
+            database: "postgres://tr:s3cret@db:5432/tr?password=s3cret2&sslmode=require".into(),
+            ..Config::default()
+        };
+        let text = c.to_toml();
+        assert!(!text.contains("s3cret"), "{text}");
+        assert!(
+            text.contains("database = \"postgres://db:5432/tr?sslmode=require\""),
+            "{text}"
+        );
+        assert!(text.contains("# database credentials are set"), "{text}");
+        assert!(!Config::default().to_toml().contains("credentials"));
     }
 
     #[test]

@@ -1,7 +1,14 @@
-//! Conversations: the groups loaded and the domains hit per conversation, persisted to
-//! SQLite before an operation answers, with a bounded in-memory cache in front (SQLite stays
-//! the source of truth). The idle clock lives in memory and is flushed lazily by
-//! [`Conversations::maintain`], so a `Route` that changes nothing writes nothing.
+//! Conversations: the groups loaded and the domains hit per conversation, persisted to the
+//! database before an operation answers, with a bounded in-memory cache in front (the
+//! database stays the source of truth). The idle clock lives in memory and is flushed lazily
+//! by [`Conversations::maintain`], so a `Route` that changes nothing writes nothing.
+//!
+//! **Several daemons (PostgreSQL).** Another daemon may change a conversation this one
+//! caches, so each call first reads the conversation's version and latest recorded use (one
+//! small read) and re-reads the conversation when the version moved; its idle time counts
+//! from the latest use any daemon recorded. A write that finds it replaced a version other
+//! than the cached one (another daemon wrote in between) marks the copy for a re-read. When
+//! the database cannot be reached, a call goes on with the copy it holds.
 //!
 //! **One entry per conversation.** The lock that serialises operations on a conversation is
 //! the entry's own mutex, so two live entries for one id would let an operation read the
@@ -18,7 +25,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use moka::future::Cache;
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
-use crate::db::{Db, Session};
+use crate::db::{Db, Session, StoredConversation};
 use crate::error::Result;
 use crate::router::{Conversation, Mark, Member};
 
@@ -50,21 +57,29 @@ struct Entry {
     loaded: bool,
     /// The database generation it was read from; a replaced database file means re-reading.
     generation: u64,
+    /// The version of the row it matches (PostgreSQL; 0 on SQLite).
+    version: i64,
     /// Set while a write is in flight: if the operation is cancelled (client gone, request
-    /// timeout) the write may or may not have committed, so the next lock re-reads it.
+    /// timeout) the write may or may not have committed, so the next lock re-reads it. Also
+    /// set when a write found another daemon's write before it.
     unsure: bool,
 }
 
 /// A conversation as the database holds it (empty when it has no row).
 async fn read(session: &Session, generation: u64, id: &str) -> Result<Entry> {
     Ok(match session.load_conversation(id).await? {
-        Some((last_seen, members)) => Entry {
+        Some(StoredConversation {
+            last_seen,
+            version,
+            members,
+        }) => Entry {
             state: Conversation { members },
             last_seen,
             flushed: last_seen,
             in_db: true,
             loaded: true,
             generation,
+            version,
             unsure: false,
         },
         None => Entry {
@@ -73,6 +88,24 @@ async fn read(session: &Session, generation: u64, id: &str) -> Result<Entry> {
             ..Entry::default()
         },
     })
+}
+
+/// Brings a cached conversation up to date with what other daemons wrote: one small read of
+/// its version and latest use, and a full re-read only when the version moved (or the row
+/// appeared or went). When the database cannot be reached the copy serves as it is.
+async fn check(session: &Session, entry: &mut Entry, id: &str) -> Result<()> {
+    match session.conversation_stamp(id).await {
+        Ok(Some(stamp)) if entry.in_db && stamp.version == entry.version => {
+            entry.last_seen = entry.last_seen.max(stamp.last_seen);
+            entry.flushed = entry.flushed.max(stamp.last_seen);
+        }
+        Ok(None) if !entry.in_db => {}
+        Ok(_) => *entry = read(session, entry.generation, id).await?,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot check the conversation; using the copy held in memory");
+        }
+    }
+    Ok(())
 }
 
 /// Estimated bytes a cached conversation holds.
@@ -132,10 +165,16 @@ impl ConversationGuard {
         }
         let entry = &mut *self.entry;
         entry.unsure = true;
-        self.session
+        let written = self
+            .session
             .save_members(&self.id, entry.last_seen, &change.rows)
             .await?;
-        entry.unsure = false;
+        let expected = entry.in_db.then_some(entry.version);
+        // Another daemon wrote since this copy was read: re-read it on next use.
+        entry.unsure = written.is_some_and(|w| w.previous != expected);
+        if let Some(w) = written {
+            entry.version = w.version;
+        }
         entry.state.apply(change);
         entry.in_db = true;
         entry.flushed = entry.last_seen;
@@ -236,15 +275,22 @@ impl Conversations {
         let generation = self.db.generation();
         if !guard.loaded || guard.unsure || guard.generation != generation {
             *guard = read(&session, generation, id).await?;
+        } else if self.db.shared() {
+            check(&session, &mut guard, id).await?;
         }
         let now = now_ms();
-        if guard.in_db && guard.last_seen.saturating_add(self.ttl_ms()) < now {
-            session.delete_conversation(id).await?;
-            *guard = Entry {
-                generation: guard.generation,
-                loaded: true,
-                ..Entry::default()
-            };
+        let cutoff = now.saturating_sub(self.ttl_ms());
+        if guard.in_db && guard.last_seen < cutoff {
+            if session.forget_idle_conversation(id, cutoff).await? {
+                *guard = Entry {
+                    generation,
+                    loaded: true,
+                    ..Entry::default()
+                };
+            } else {
+                // Another daemon recorded a use meanwhile: it is not idle after all.
+                *guard = read(&session, generation, id).await?;
+            }
         }
         guard.last_seen = now;
         let key = match uncached {
@@ -405,13 +451,13 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(
-            db.load_conversation("c1").await.unwrap().unwrap().0,
+            db.load_conversation("c1").await.unwrap().unwrap().last_seen,
             saved_at,
             "a lock alone writes nothing"
         );
         s.maintain().await.unwrap();
         assert!(
-            db.load_conversation("c1").await.unwrap().unwrap().0 > saved_at,
+            db.load_conversation("c1").await.unwrap().unwrap().last_seen > saved_at,
             "upkeep flushed the clock"
         );
     }
@@ -445,7 +491,71 @@ mod tests {
         );
         e.record(["b"], Mark::Loaded).await.unwrap();
         drop(e);
-        let (_, members) = other.load_conversation("c1").await.unwrap().unwrap();
+        let members = other.load_conversation("c1").await.unwrap().unwrap().members;
         assert_eq!(members, vec![member("a", true, true), member("b", true, true)]);
+    }
+
+    /// Two daemons' stores on one fresh PostgreSQL database; `None` without a test server.
+    async fn replicas(ttl: Duration) -> Option<(Conversations, Conversations)> {
+        let admin = crate::db::testing::postgres_url()?;
+        let url = crate::db::testing::fresh_postgres_database(&admin).await;
+        let a = Conversations::new(Db::connect(&url).await.unwrap(), ttl, 1 << 20);
+        let b = Conversations::new(Db::connect(&url).await.unwrap(), ttl, 1 << 20);
+        Some((a, b))
+    }
+
+    #[tokio::test]
+    async fn on_postgres_a_change_on_one_daemon_is_seen_by_another_that_cached_it() {
+        let Some((a, b)) = replicas(Duration::from_secs(3600)).await else {
+            return;
+        };
+        assert_eq!(b.lock("c1").await.unwrap().state(), &Conversation::default());
+        load_a(&a, "c1").await;
+        assert_eq!(
+            b.lock("c1").await.unwrap().state().members,
+            vec![member("a", true, false)]
+        );
+        // b writes from a stale copy: a loaded `c` meanwhile. Nothing is lost either way,
+        // and b's next call sees both.
+        let mut e = a.lock("c1").await.unwrap();
+        e.record(["c"], Mark::Loaded).await.unwrap();
+        drop(e);
+        let mut e = b.lock("c1").await.unwrap();
+        e.record(["b"], Mark::Hit).await.unwrap();
+        drop(e);
+        let mut domains: Vec<String> = b
+            .lock("c1")
+            .await
+            .unwrap()
+            .state()
+            .members
+            .iter()
+            .map(|m| m.domain.clone())
+            .collect();
+        domains.sort();
+        assert_eq!(domains, ["a", "b", "c"]);
+        a.reset("c1").await.unwrap();
+        assert_eq!(b.lock("c1").await.unwrap().state(), &Conversation::default());
+    }
+
+    #[tokio::test]
+    async fn on_postgres_idle_time_counts_from_the_latest_use_any_daemon_recorded() {
+        let ttl = Duration::from_millis(600);
+        let Some((a, b)) = replicas(ttl).await else {
+            return;
+        };
+        load_a(&a, "c1").await;
+        // b caches it, then only a keeps using it (and flushes its idle clock).
+        drop(b.lock("c1").await.unwrap());
+        for _ in 0..4 {
+            tokio::time::sleep(ttl / 3).await;
+            drop(a.lock("c1").await.unwrap());
+            a.maintain().await.unwrap();
+        }
+        // b's own last use is older than the TTL; a's recorded one is not.
+        assert_eq!(
+            b.lock("c1").await.unwrap().state().members,
+            vec![member("a", true, false)]
+        );
     }
 }

@@ -270,10 +270,16 @@ impl Error {
 }
 
 /// The database faults a retry may get past: a busy or locked file, a file that cannot be
-/// opened, read or written (missing, corrupt, not a database, disk full, read-only), or a
-/// pool that cannot hand out a connection. Anything else (a constraint, a column that does
-/// not decode) is a fault of the daemon's own.
+/// opened, read or written (missing, corrupt, not a database, disk full, read-only), a
+/// server that cannot be reached, is shutting down or starting, cancelled a statement at the
+/// busy timeout or is out of resources, or a pool that cannot hand out a connection. Anything
+/// else (a constraint, a column that does not decode) is a fault of the daemon's own.
 fn database_unavailable(e: &sqlx::Error) -> bool {
+    if let sqlx::Error::Database(db) = e
+        && let Some(pg) = db.try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
+    {
+        return postgres_unavailable(pg.code());
+    }
     /// SQLite primary result codes (the low byte of an extended code).
     const BUSY: i32 = 5;
     const LOCKED: i32 = 6;
@@ -298,6 +304,14 @@ fn database_unavailable(e: &sqlx::Error) -> bool {
         }),
         _ => false,
     }
+}
+
+/// PostgreSQL SQLSTATE codes a retry may get past: connection exceptions (class 08),
+/// insufficient resources (53), operator intervention (57: shutdown, starting up, a statement
+/// cancelled at `statement_timeout`), system errors (58), a lock not available, a
+/// serialization failure or a deadlock.
+fn postgres_unavailable(code: &str) -> bool {
+    matches!(code.get(..2), Some("08" | "53" | "57" | "58")) || matches!(code, "55P03" | "40001" | "40P01")
 }
 
 impl From<Error> for tonic::Status {
@@ -514,6 +528,19 @@ mod tests {
             let shown = format!("{err:?}");
             let status = tonic::Status::from(err);
             assert_eq!((status.code(), status.message()), (code, text), "{shown}");
+        }
+    }
+
+    #[test]
+    fn postgres_faults_a_retry_may_get_past_are_unavailable_and_the_rest_internal() {
+        // Connection lost, shutting down, starting up, statement_timeout, too many
+        // connections, lock not available, serialization failure.
+        for code in ["08006", "57P01", "57P03", "57014", "53300", "55P03", "40001"] {
+            assert!(postgres_unavailable(code), "{code}");
+        }
+        // Unique violation, undefined table, bad input: the daemon's own faults.
+        for code in ["23505", "42P01", "22P02", ""] {
+            assert!(!postgres_unavailable(code), "{code}");
         }
     }
 

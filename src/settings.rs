@@ -1,12 +1,14 @@
 //! The settings snapshot: every row of the `settings` table, read at once and cached for the
-//! TTL. `invalidate` re-reads at once; without it a change becomes visible within one TTL.
+//! TTL. `invalidate` re-reads at once (and, on PostgreSQL, tells every other daemon to);
+//! without it a change becomes visible within one TTL, or, on PostgreSQL, as soon as the
+//! notification the table's trigger sends arrives.
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 
-use crate::db::Db;
+use crate::db::{Db, Notice};
 use crate::error::{Error, Result};
 use crate::router::Snapshot;
 
@@ -26,15 +28,32 @@ struct Cached {
 ///
 /// A failed re-read keeps the last good snapshot: routing goes on with it, the failure is
 /// logged once per streak of failures, and the table is tried again each TTL.
+///
+/// On PostgreSQL a task follows the database's notifications and re-reads on each (several
+/// waiting notifications make one re-read); the TTL stays the safety net for notifications
+/// lost while the listening connection was down. The task ends with the cache.
 pub(crate) struct SettingsCache {
+    shared: Arc<Shared>,
+    follower: Option<tokio::task::AbortHandle>,
+}
+
+struct Shared {
     db: Db,
     ttl: Duration,
     current: ArcSwap<Cached>,
     refresh: tokio::sync::Mutex<()>,
 }
 
+impl Drop for SettingsCache {
+    fn drop(&mut self) {
+        if let Some(follower) = &self.follower {
+            follower.abort();
+        }
+    }
+}
+
 impl SettingsCache {
-    /// Reads the table once and caches it.
+    /// Reads the table once and caches it; on PostgreSQL, starts following notifications.
     ///
     /// # Errors
     /// When the first read fails: there is no good snapshot to fall back on.
@@ -47,52 +66,86 @@ impl SettingsCache {
             good_at: Instant::now(),
             failure: None,
         });
-        Ok(SettingsCache {
+        let notices = db.notices();
+        let shared = Arc::new(Shared {
             db,
             ttl,
             current,
             refresh: tokio::sync::Mutex::new(()),
-        })
+        });
+        let follower = notices.map(|rx| tokio::spawn(follow(Arc::downgrade(&shared), rx)).abort_handle());
+        Ok(SettingsCache { shared, follower })
     }
 
     /// The cached snapshot, re-read first when older than the TTL. When the re-read fails
     /// this is the last good snapshot.
     pub async fn get(&self) -> Arc<Snapshot> {
-        let cached = self.current.load();
-        if cached.read_at.elapsed() < self.ttl {
+        let shared = &self.shared;
+        let cached = shared.current.load();
+        if cached.read_at.elapsed() < shared.ttl {
             return cached.snapshot.clone();
         }
         drop(cached);
-        let _guard = self.refresh.lock().await;
-        let cached = self.current.load();
-        if cached.read_at.elapsed() < self.ttl {
+        let _guard = shared.refresh.lock().await;
+        let cached = shared.current.load();
+        if cached.read_at.elapsed() < shared.ttl {
             return cached.snapshot.clone();
         }
-        self.reread()
+        shared
+            .reread()
             .await
-            .unwrap_or_else(|_| self.current.load().snapshot.clone())
+            .unwrap_or_else(|_| shared.current.load().snapshot.clone())
     }
 
-    /// Drops the cache and re-reads the table at once.
+    /// Drops the cache and re-reads the table at once, then tells every other daemon on the
+    /// database to re-read too (PostgreSQL; best effort: they have the TTL).
     ///
     /// # Errors
     /// `Unavailable` with the cause when the table cannot be read; the last good snapshot
     /// stays in use.
     pub async fn invalidate(&self) -> Result<Arc<Snapshot>> {
-        let _guard = self.refresh.lock().await;
-        self.reread().await
+        let snapshot = self.shared.refresh().await?;
+        if let Err(e) = self.shared.db.announce_settings().await {
+            tracing::warn!(error = %e, "cannot tell the other daemons to re-read the settings");
+        }
+        Ok(snapshot)
     }
 
     /// How long ago the snapshot in use was read from the table (it grows past the TTL only
     /// while re-reads fail, or until the next call re-reads).
     pub(crate) fn age(&self) -> Duration {
-        self.current.load().good_at.elapsed()
+        self.shared.current.load().good_at.elapsed()
     }
 
     /// Why the last read failed, while it keeps failing.
     #[cfg(test)]
     fn failure(&self) -> Option<Arc<str>> {
-        self.current.load().failure.clone()
+        self.shared.current.load().failure.clone()
+    }
+}
+
+/// Re-reads the settings on each notice, until the cache is gone or the database closed.
+async fn follow(cache: Weak<Shared>, mut notices: tokio::sync::mpsc::Receiver<Notice>) {
+    while let Some(first) = notices.recv().await {
+        // Notices that queued up meanwhile are covered by this one re-read.
+        let mut resumed = first == Notice::Resumed;
+        while let Ok(next) = notices.try_recv() {
+            resumed |= next == Notice::Resumed;
+        }
+        let Some(cache) = cache.upgrade() else { break };
+        if resumed {
+            tracing::debug!("listening for settings changes; re-reading the settings once");
+        }
+        // A failure is logged by the re-read (once per streak) and retried each TTL.
+        let _ = cache.refresh().await;
+    }
+}
+
+impl Shared {
+    /// Re-reads at once, after any re-read in progress.
+    async fn refresh(&self) -> Result<Arc<Snapshot>> {
+        let _guard = self.refresh.lock().await;
+        self.reread().await
     }
 
     async fn reread(&self) -> Result<Arc<Snapshot>> {
@@ -277,5 +330,64 @@ mod tests {
             4,
             "once per value, not per re-read:\n{text}"
         );
+    }
+
+    /// Two daemons' caches and a settings UI's connection on one fresh PostgreSQL database;
+    /// `None` without a test server.
+    async fn postgres_setup(ttl: Duration) -> Option<(SettingsCache, SettingsCache, Db, String)> {
+        let admin = crate::db::testing::postgres_url()?;
+        let url = crate::db::testing::fresh_postgres_database(&admin).await;
+        let a = SettingsCache::new(Db::connect(&url).await.unwrap(), ttl)
+            .await
+            .unwrap();
+        let b = SettingsCache::new(Db::connect(&url).await.unwrap(), ttl)
+            .await
+            .unwrap();
+        Some((a, b, Db::connect(&url).await.unwrap(), url))
+    }
+
+    /// Waits until `cache` sees `key` set (or unset); the bound only ends a test that would
+    /// otherwise wait forever.
+    async fn until_seen(cache: &SettingsCache, key: &str, set: bool) {
+        let started = Instant::now();
+        while cache.get().await.is_set(key) != set {
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "{key} never became {set}"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn on_postgres_a_write_by_anyone_reaches_every_cache_without_invalidation() {
+        let Some((a, b, ui, _)) = postgres_setup(Duration::from_secs(3600)).await else {
+            return;
+        };
+        ui.set_setting("k", "v").await.unwrap();
+        until_seen(&a, "k", true).await;
+        until_seen(&b, "k", true).await;
+        ui.unset_setting("k").await.unwrap();
+        until_seen(&a, "k", false).await;
+        until_seen(&b, "k", false).await;
+    }
+
+    #[tokio::test]
+    async fn on_postgres_an_invalidation_on_one_daemon_makes_the_others_re_read() {
+        use sqlx::Connection as _;
+        let Some((a, b, ui, url)) = postgres_setup(Duration::from_secs(3600)).await else {
+            return;
+        };
+        // A writer the trigger does not see: only the invalidation can tell the daemons.
+        let mut admin = sqlx::PgConnection::connect(&url).await.unwrap();
+        sqlx::query("ALTER TABLE settings DISABLE TRIGGER settings_changed")
+            .execute(&mut admin)
+            .await
+            .unwrap();
+        ui.set_setting("k", "v").await.unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(!b.get().await.is_set("k"), "not yet: nothing told b");
+        assert!(a.invalidate().await.unwrap().is_set("k"));
+        until_seen(&b, "k", true).await;
     }
 }

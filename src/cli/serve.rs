@@ -129,7 +129,8 @@ serve_args! {
     /// Address to listen on, `host:port` (a host name is resolved) [default: 127.0.0.1:50051].
     #[arg(long, env = "TOOLROUTER_LISTEN", value_parser = parse_listen)]
     listen: Option<SocketAddr>,
-    /// SQLite database URL [default: sqlite://toolrouter.db].
+    /// Database URL: `sqlite://FILE`, or `postgres://USER:PASSWORD@HOST/DB` for several
+    /// daemons on one database [default: sqlite://toolrouter.db].
     #[arg(long, env = "TOOLROUTER_DATABASE")]
     database: Option<String>,
     /// Manifest folder (repeatable; in the environment, separated by `:`) [default: the
@@ -182,7 +183,8 @@ serve_args! {
     /// Log format [default: text].
     #[arg(long, env = "TOOLROUTER_LOG_FORMAT", value_enum)]
     log_format: Option<LogFormatArg>,
-    /// How long a database statement waits for a lock, e.g. `5s` [default: 5s].
+    /// How long a database statement or the wait for a connection may take, e.g. `5s`
+    /// [default: 5s].
     #[arg(long, env = "TOOLROUTER_BUSY_TIMEOUT", value_parser = humantime::parse_duration)]
     busy_timeout: Option<Duration>,
     /// On SIGTERM, how long in-flight calls get to finish, e.g. `10s` [default: 10s].
@@ -270,7 +272,7 @@ pub(super) async fn serve(args: &ServeArgs) -> Result<(), Failure> {
     let registry = Registry::load(&config.manifests)?;
     tracing::info!(
         listen = %config.listen,
-        database = %config.database,
+        database = %crate::db::redact_url(&config.database),
         manifests = ?config.manifests,
         settings_ttl = ?config.settings_ttl,
         fallback = ?config.fallback,

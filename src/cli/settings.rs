@@ -63,22 +63,47 @@ pub(super) async fn settings(
             .ok(),
         Err(_) => None,
     };
+    let daemon_postgres = daemon
+        .as_ref()
+        .filter(|d| d.database_path.is_empty() && crate::db::is_postgres(&d.database));
     let database = match (&opts.database, &daemon) {
         (Some(db), _) => db.clone(),
+        // The daemon reports its PostgreSQL URL without credentials, which only the caller has.
+        (None, Some(_)) if let Some(d) = daemon_postgres => {
+            return Err(Failure::config(format!(
+                "the daemon at {addr} uses {}: pass --database with that URL and its credentials",
+                d.database
+            )));
+        }
         // The daemon's own database: its URL, by the absolute path it reported.
         (None, Some(d)) if !d.database_path.is_empty() => format!("sqlite://{}", d.database_path),
         (None, _) => DEFAULT_DATABASE.to_string(),
     };
     let file = crate::db::database_file(&database)?;
-    if let (Some(d), Some(file)) = (&daemon, &file)
-        && !d.database_path.is_empty()
-        && std::path::Path::new(&d.database_path) != file.as_path()
+    // What the daemon uses and what this would write, as each names it: a file by its
+    // absolute path, a server by its URL without credentials.
+    let theirs = daemon.as_ref().and_then(|d| {
+        if !d.database_path.is_empty() {
+            Some((d.database_path.clone(), format!("sqlite://{}", d.database_path)))
+        } else {
+            daemon_postgres.map(|d| {
+                (
+                    d.database.clone(),
+                    format!("{} (with its credentials)", d.database),
+                )
+            })
+        }
+    });
+    let ours = match &file {
+        Some(f) => Some(f.display().to_string()),
+        None if crate::db::is_postgres(&database) => Some(crate::db::redact_url(&database)),
+        None => None,
+    };
+    if let (Some((theirs, their_url)), Some(ours)) = (&theirs, &ours)
+        && theirs != ours
     {
         let message = format!(
-            "the daemon at {addr} uses {}, not {}: pass --database {:?} to edit its settings{}",
-            d.database_path,
-            file.display(),
-            format!("sqlite://{}", d.database_path),
+            "the daemon at {addr} uses {theirs}, not {ours}: pass --database {their_url:?} to edit its settings{}",
             if writes {
                 ", or --force to write the other database anyway"
             } else {

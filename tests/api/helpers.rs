@@ -98,7 +98,7 @@ pub async fn stored_members(dir: &Path, conversation: &str) -> Option<Vec<Member
     let db = Db::connect(&db_url(dir)).await.unwrap();
     let found = db.load_conversation(conversation).await.unwrap();
     db.close().await;
-    found.map(|(_, members)| members)
+    found.map(|c| c.members)
 }
 
 /// Whether the database in `dir` holds `domain` as loaded for `conversation`.

@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# Runs a command beside a throwaway PostgreSQL cluster, for the tests that need one:
+#
+#   .ci/postgres.sh cargo test
+#
+# Finds initdb and pg_ctl (on PATH, else Debian's /usr/lib/postgresql/NN/bin, else installs
+# Debian's `postgresql` package with apt-get), creates a cluster in a temp folder as an
+# unprivileged user (PostgreSQL refuses to run as root: as root the cluster belongs to
+# `nobody`), starts it on a free loopback port without fsync (the data is thrown away), and
+# runs the command with
+#
+#   TOOLROUTER_TEST_POSTGRES_URL   postgres://toolrouter@127.0.0.1:PORT/postgres (trust auth;
+#                                  each test creates its own database from it)
+#   TOOLROUTER_TEST_POSTGRES_DATA  the cluster's data folder
+#   TOOLROUTER_TEST_POSTGRES_CTL   pg_ctl for that cluster, run as its owner (`stop`, `start`)
+#
+# The cluster is stopped and removed when the command ends, however it ends; the script exits
+# with the command's status.
+set -euo pipefail
+
+if [ "$#" -eq 0 ]; then
+  echo "usage: $0 COMMAND [ARGS...]" >&2
+  exit 2
+fi
+
+find_bin() {
+  local dir
+  if command -v pg_ctl >/dev/null 2>&1 && command -v initdb >/dev/null 2>&1; then
+    dirname "$(readlink -f "$(command -v pg_ctl)")"
+    return
+  fi
+  for dir in $(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V -r); do
+    if [ -x "$dir/pg_ctl" ] && [ -x "$dir/initdb" ]; then
+      echo "$dir"
+      return
+    fi
+  done
+  return 1
+}
+
+if ! bin=$(find_bin); then
+  echo "== installing PostgreSQL (Debian's postgresql package)" >&2
+  sudo=()
+  [ "$(id -u)" -ne 0 ] && sudo=(sudo)
+  "${sudo[@]}" apt-get update -qq >&2
+  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq postgresql >&2
+  bin=$(find_bin) || { echo "postgres.sh: no initdb/pg_ctl after installing postgresql" >&2; exit 1; }
+fi
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/toolrouter-pg.XXXXXX")
+data="$work/data"
+owner=$(id -un)
+as_owner=()
+if [ "$(id -u)" -eq 0 ]; then
+  owner=nobody
+  as_owner=(runuser -u "$owner" --)
+  chown "$owner" "$work"
+fi
+
+# A free loopback port: the kernel picks one, and PostgreSQL takes it right after.
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+
+ctl="$work/pg_ctl"
+cat >"$ctl" <<EOF
+#!/usr/bin/env bash
+# pg_ctl for the test cluster in $data, run as its owner.
+exec ${as_owner[*]} "$bin/pg_ctl" -D "$data" -l "$work/postgres.log" "\$@"
+EOF
+chmod 755 "$ctl"
+
+stop() {
+  "$ctl" stop -m immediate >/dev/null 2>&1 || true
+  rm -rf "$work"
+}
+trap stop EXIT
+
+"${as_owner[@]}" "$bin/initdb" -D "$data" -U toolrouter --auth=trust -E UTF8 --no-sync >"$work/initdb.log" 2>&1 \
+  || { cat "$work/initdb.log" >&2; exit 1; }
+cat >>"$data/postgresql.conf" <<EOF
+listen_addresses = '127.0.0.1'
+port = $port
+unix_socket_directories = '$work'
+max_connections = 300
+fsync = off
+synchronous_commit = off
+full_page_writes = off
+EOF
+"$ctl" start -w -t 60 >/dev/null || { cat "$work/postgres.log" >&2; exit 1; }
+echo "== PostgreSQL $("$bin/postgres" --version | awk '{print $3}') on 127.0.0.1:$port (data $data)" >&2
+
+export TOOLROUTER_TEST_POSTGRES_URL="postgres://toolrouter@127.0.0.1:$port/postgres"
+export TOOLROUTER_TEST_POSTGRES_DATA="$data"
+export TOOLROUTER_TEST_POSTGRES_CTL="$ctl"
+status=0
+"$@" || status=$?
+exit "$status"

@@ -1,0 +1,515 @@
+//! The database behind one interface: SQLite (the embedded default, [`sqlite`]) or PostgreSQL
+//! for several replicas ([`postgres`]). Each backend module holds every SQL statement it runs,
+//! one fn each, and its migrations (`migrations/sqlite/`, `migrations/postgres/`, embedded and
+//! run on connect); this module picks the backend from the URL and dispatches.
+//!
+//! Each call first opens a [`Session`] (for SQLite that checks that the file is still there),
+//! then runs its statements on it. Every failed operation counts in [`DATABASE_ERRORS`].
+
+mod postgres;
+mod sqlite;
+
+use std::path::{Path, PathBuf};
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use sqlx::postgres::PgPool;
+use sqlx::sqlite::SqlitePool;
+use tokio::sync::mpsc;
+
+use crate::error::{Error, Result};
+use crate::router::Member;
+
+/// Failed database operations (settings reads, writes, a missing or replaced file, an
+/// unreachable server), for the `toolrouter_database_errors_total` metric. Process-wide:
+/// every daemon in a process shares the database layer's count.
+pub(crate) static DATABASE_ERRORS: LazyLock<prometheus::IntCounter> = LazyLock::new(|| {
+    // The name and help are static and valid, so this cannot fail.
+    prometheus::IntCounter::new(
+        "toolrouter_database_errors_total",
+        "Database operations that failed (unreadable settings table, failed writes, missing file).",
+    )
+    .expect("a valid metric")
+});
+
+/// Counts a failed operation; the error goes on to the caller.
+fn counted<T, E: Into<Error>>(result: std::result::Result<T, E>) -> Result<T> {
+    result.map_err(|e| {
+        DATABASE_ERRORS.inc();
+        e.into()
+    })
+}
+
+/// How long a statement waits (for another writer's lock, for the server, for a pooled
+/// connection) before failing, by default.
+pub(crate) const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Whether `url` names a PostgreSQL database (`postgres://` or `postgresql://`); anything
+/// else is taken for SQLite.
+pub fn is_postgres(url: &str) -> bool {
+    let scheme = url.split_once("://").map_or("", |(s, _)| s);
+    scheme.eq_ignore_ascii_case("postgres") || scheme.eq_ignore_ascii_case("postgresql")
+}
+
+/// The file a SQLite URL names, made absolute against the working directory (and with links
+/// resolved when it exists), so two processes in different directories can compare it;
+/// `None` for an in-memory database or a PostgreSQL URL.
+///
+/// # Errors
+/// A URL that is neither SQLite nor PostgreSQL.
+pub(crate) fn database_file(url: &str) -> Result<Option<PathBuf>> {
+    if is_postgres(url) {
+        return Ok(None);
+    }
+    Ok(sqlite::file_of(url)?.map(|f| absolute(&f)))
+}
+
+/// `path` made absolute, links resolved where it exists.
+pub(crate) fn absolute(path: &Path) -> PathBuf {
+    std::fs::canonicalize(path)
+        .or_else(|_| std::path::absolute(path))
+        .unwrap_or_else(|_| path.to_path_buf())
+}
+
+/// Query parameters that carry a secret in a database URL.
+const SECRET_PARAMS: [&str; 2] = ["password", "sslpassword"];
+
+/// The URL without credentials, for logs, `--print-config` and `DescribeServer`: no user
+/// name or password before the host, and no `password` (or `sslpassword`) query parameter.
+pub(crate) fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let (rest, query) = rest.split_once('?').map_or((rest, None), |(r, q)| (r, Some(q)));
+    let (authority, path) = rest.find('/').map_or((rest, ""), |i| rest.split_at(i));
+    let host = authority.rsplit_once('@').map_or(authority, |(_, host)| host);
+    let mut out = format!("{scheme}://{host}{path}");
+    if let Some(query) = query {
+        let kept: Vec<&str> = query
+            .split('&')
+            .filter(|pair| {
+                let name = pair.split_once('=').map_or(*pair, |(n, _)| n);
+                !SECRET_PARAMS.iter().any(|s| s.eq_ignore_ascii_case(name))
+            })
+            .collect();
+        if !kept.is_empty() {
+            out.push('?');
+            out.push_str(&kept.join("&"));
+        }
+    }
+    out
+}
+
+/// A conversation as the database holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredConversation {
+    /// Unix ms of the latest use recorded.
+    pub last_seen: i64,
+    /// Its version: every write of its domains changes it (PostgreSQL); always 0 on SQLite,
+    /// where one daemon owns the file's conversations.
+    pub version: i64,
+    /// The groups loaded and the domains hit, in join order.
+    pub members: Vec<Member>,
+}
+
+/// A conversation row's version and latest recorded use: enough to tell whether a cached
+/// copy is current.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Stamp {
+    pub version: i64,
+    pub last_seen: i64,
+}
+
+/// A write of a conversation's domains among other daemons' writes (PostgreSQL).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Written {
+    /// The version the write replaced; `None` when it created the row.
+    pub previous: Option<i64>,
+    /// The version it made.
+    pub version: i64,
+}
+
+/// What the listening connection reports (PostgreSQL).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Notice {
+    /// Someone changed the settings table, or asked every daemon to re-read it.
+    SettingsChanged,
+    /// The listening connection was (re)established: notifications sent while it was down
+    /// are lost, so the settings should be read once.
+    Resumed,
+}
+
+/// The shared database. Cloning is shallow.
+#[derive(Debug, Clone)]
+pub struct Db {
+    backend: Backend,
+    /// Every PostgreSQL call is cut after this, client side (see [`bounded`]).
+    bound: Duration,
+}
+
+#[derive(Debug, Clone)]
+enum Backend {
+    Sqlite(sqlite::Store),
+    Postgres(postgres::Store),
+}
+
+impl Db {
+    /// Opens the database at `url` (a SQLite file is created if missing) and applies the
+    /// embedded migrations of its backend.
+    ///
+    /// # Errors
+    /// A bad URL, an unopenable file, an unreachable server, or a failed migration.
+    pub async fn connect(url: &str) -> Result<Db> {
+        Db::connect_with(url, BUSY_TIMEOUT).await
+    }
+
+    /// [`Db::connect`] with a given busy timeout: how long a statement or the wait for a
+    /// pooled connection may take.
+    ///
+    /// # Errors
+    /// A bad URL, an unopenable file, an unreachable server, or a failed migration.
+    pub(crate) async fn connect_with(url: &str, busy_timeout: Duration) -> Result<Db> {
+        let backend = if is_postgres(url) {
+            Backend::Postgres(postgres::Store::connect(url, busy_timeout).await?)
+        } else {
+            Backend::Sqlite(sqlite::Store::connect(url, busy_timeout).await?)
+        };
+        Ok(Db {
+            backend,
+            bound: busy_timeout.saturating_mul(2),
+        })
+    }
+
+    /// The database file as opened (as the URL names it); `None` for an in-memory database
+    /// or a server.
+    pub fn path(&self) -> Option<&Path> {
+        match &self.backend {
+            Backend::Sqlite(s) => s.path(),
+            Backend::Postgres(_) => None,
+        }
+    }
+
+    /// Whether other daemons may change the conversations this one caches (PostgreSQL), so a
+    /// cached conversation is checked against the database before use.
+    pub(crate) fn shared(&self) -> bool {
+        matches!(self.backend, Backend::Postgres(_))
+    }
+
+    /// Bumped each time the SQLite file was found replaced and reopened.
+    pub(crate) fn generation(&self) -> u64 {
+        match &self.backend {
+            Backend::Sqlite(s) => s.generation(),
+            Backend::Postgres(_) => 0,
+        }
+    }
+
+    /// A session for one call's statements; for SQLite, over the file the path names now,
+    /// reopened if it was replaced.
+    ///
+    /// # Errors
+    /// `Unavailable` when the SQLite file is missing or cannot be reopened.
+    pub(crate) async fn session(&self) -> Result<Session> {
+        let pool = match &self.backend {
+            Backend::Sqlite(s) => Pool::Sqlite(counted(s.pool().await)?),
+            Backend::Postgres(s) => Pool::Postgres(s.pool.clone()),
+        };
+        Ok(Session {
+            pool,
+            bound: self.bound,
+        })
+    }
+
+    /// Checks that the file is still there, reopening it if it was replaced.
+    ///
+    /// # Errors
+    /// `Unavailable` when the file is missing or cannot be reopened.
+    pub async fn check(&self) -> Result<()> {
+        self.session().await.map(drop)
+    }
+
+    /// Every settings row (one call: checks the file, then reads).
+    ///
+    /// # Errors
+    /// `Unavailable` for a missing file or an unreachable server, or a database fault.
+    pub async fn read_settings(&self) -> Result<Vec<(String, String)>> {
+        self.session().await?.read_settings().await
+    }
+
+    /// Sets one setting, as a settings UI does (one call: checks the file, then writes).
+    ///
+    /// # Errors
+    /// `Unavailable` for a missing file or an unreachable server, or a database fault.
+    pub async fn set_setting(&self, key: &str, value: &str) -> Result<()> {
+        self.session().await?.set_setting(key, value).await
+    }
+
+    /// Removes one setting; true when it existed.
+    ///
+    /// # Errors
+    /// `Unavailable` for a missing file or an unreachable server, or a database fault.
+    pub async fn unset_setting(&self, key: &str) -> Result<bool> {
+        self.session().await?.unset_setting(key).await
+    }
+
+    /// A conversation as stored, if it exists (one call: checks the file, then reads).
+    ///
+    /// # Errors
+    /// `Unavailable` for a missing file or an unreachable server, or a database fault.
+    pub async fn load_conversation(&self, id: &str) -> Result<Option<StoredConversation>> {
+        self.session().await?.load_conversation(id).await
+    }
+
+    /// Every domain registered at run time, as (name, manifest), by name (one call: checks
+    /// the file, then reads).
+    ///
+    /// # Errors
+    /// `Unavailable` for a missing file or an unreachable server, or a database fault.
+    pub async fn read_domains(&self) -> Result<Vec<(String, String)>> {
+        self.session().await?.read_domains().await
+    }
+
+    /// Stores a run-time domain's manifest, replacing the one of the same name; true when
+    /// there was none (one call: checks the file, then writes).
+    ///
+    /// # Errors
+    /// `Unavailable` for a missing file or an unreachable server, or a database fault.
+    pub async fn upsert_domain(&self, name: &str, manifest: &str, now_ms: i64) -> Result<bool> {
+        self.session().await?.upsert_domain(name, manifest, now_ms).await
+    }
+
+    /// Removes a run-time domain; true when it existed (one call: checks the file, then
+    /// writes).
+    ///
+    /// # Errors
+    /// `Unavailable` for a missing file or an unreachable server, or a database fault.
+    pub async fn delete_domain(&self, name: &str) -> Result<bool> {
+        self.session().await?.delete_domain(name).await
+    }
+
+    /// Tells every other daemon on this database to re-read the settings (PostgreSQL; a
+    /// SQLite file has one daemon).
+    ///
+    /// # Errors
+    /// `Unavailable` for an unreachable server, or a database fault.
+    pub(crate) async fn announce_settings(&self) -> Result<()> {
+        match &self.backend {
+            Backend::Sqlite(_) => Ok(()),
+            Backend::Postgres(s) => {
+                counted(bounded(self.bound, postgres::announce_settings(&s.pool, &s.origin)).await)
+            }
+        }
+    }
+
+    /// Starts listening for settings changes made anywhere (PostgreSQL); `None` for SQLite,
+    /// whose changes show through the settings TTL. Listening stops when the receiver is
+    /// dropped or the database closed.
+    pub(crate) fn notices(&self) -> Option<mpsc::Receiver<Notice>> {
+        match &self.backend {
+            Backend::Sqlite(_) => None,
+            Backend::Postgres(s) => Some(postgres::listen(s)),
+        }
+    }
+
+    /// Closes every connection (after the server stopped).
+    pub async fn close(&self) {
+        match &self.backend {
+            Backend::Sqlite(s) => s.close().await,
+            Backend::Postgres(s) => s.close().await,
+        }
+    }
+}
+
+/// A PostgreSQL operation cut after `bound`: its wait for a connection and its statements are
+/// bounded by the server too, but a server that stopped answering without closing the
+/// connection would hold the call forever.
+async fn bounded<T>(bound: Duration, op: impl Future<Output = sqlx::Result<T>>) -> Result<T> {
+    match tokio::time::timeout(bound, op).await {
+        Ok(result) => result.map_err(Error::from),
+        Err(_) => Err(Error::Unavailable(format!(
+            "the database did not answer within {} (twice the busy timeout)",
+            humantime::format_duration(bound)
+        ))),
+    }
+}
+
+/// The pool one session runs on.
+#[derive(Debug, Clone)]
+enum Pool {
+    Sqlite(SqlitePool),
+    Postgres(PgPool),
+}
+
+/// The statements of one call, on the database [`Db::session`] checked. Cloning is shallow.
+#[derive(Debug, Clone)]
+pub(crate) struct Session {
+    pool: Pool,
+    bound: Duration,
+}
+
+/// Runs one statement fn of the session's backend, bounded (PostgreSQL) and counted.
+macro_rules! dispatch {
+    ($session:expr, $statement:ident($($arg:expr),*)) => {{
+        let session = $session;
+        counted(match &session.pool {
+            Pool::Sqlite(pool) => sqlite::$statement(pool, $($arg),*).await.map_err(Error::from),
+            Pool::Postgres(pool) => bounded(session.bound, postgres::$statement(pool, $($arg),*)).await,
+        })
+    }};
+}
+
+impl Session {
+    /// Every settings row.
+    #[tracing::instrument(skip(self))]
+    pub async fn read_settings(&self) -> Result<Vec<(String, String)>> {
+        dispatch!(self, read_settings())
+    }
+
+    /// Sets one setting (what a settings UI does).
+    #[tracing::instrument(skip(self, value))]
+    pub async fn set_setting(&self, key: &str, value: &str) -> Result<()> {
+        dispatch!(self, set_setting(key, value))
+    }
+
+    /// Removes one setting; true when it existed.
+    #[tracing::instrument(skip(self))]
+    pub async fn unset_setting(&self, key: &str) -> Result<bool> {
+        dispatch!(self, unset_setting(key))
+    }
+
+    /// A conversation's last use, version and members in join order, if it exists.
+    #[tracing::instrument(skip(self))]
+    pub async fn load_conversation(&self, id: &str) -> Result<Option<StoredConversation>> {
+        dispatch!(self, load_conversation(id))
+    }
+
+    /// A conversation's version and latest recorded use, if it exists: one small read.
+    #[tracing::instrument(skip(self))]
+    pub(crate) async fn conversation_stamp(&self, id: &str) -> Result<Option<Stamp>> {
+        dispatch!(self, conversation_stamp(id))
+    }
+
+    /// Writes the members that joined or changed (each at its position in join order) and
+    /// the last-seen time, in one transaction. Flags only ever turn on, so concurrent writers
+    /// cannot lose each other's changes. On PostgreSQL, the versions it replaced and made;
+    /// `None` on SQLite, which keeps none.
+    #[tracing::instrument(skip(self, members))]
+    pub(crate) async fn save_members(
+        &self,
+        id: &str,
+        now_ms: i64,
+        members: &[(usize, Member)],
+    ) -> Result<Option<Written>> {
+        counted(match &self.pool {
+            Pool::Sqlite(pool) => sqlite::save_members(pool, id, now_ms, members)
+                .await
+                .map(|()| None)
+                .map_err(Error::from),
+            Pool::Postgres(pool) => bounded(self.bound, postgres::save_members(pool, id, now_ms, members))
+                .await
+                .map(Some),
+        })
+    }
+
+    /// Moves a conversation's last-seen time forward (the lazy idle-clock flush).
+    #[tracing::instrument(skip(self))]
+    pub(crate) async fn touch_conversation(&self, id: &str, now_ms: i64) -> Result<()> {
+        dispatch!(self, touch_conversation(id, now_ms))
+    }
+
+    /// Forgets one conversation.
+    #[tracing::instrument(skip(self))]
+    pub(crate) async fn delete_conversation(&self, id: &str) -> Result<()> {
+        dispatch!(self, delete_conversation(id))
+    }
+
+    /// Forgets one conversation if no use since `cutoff_ms` is recorded; true when it did (a
+    /// use recorded meanwhile, by another daemon, keeps it).
+    #[tracing::instrument(skip(self))]
+    pub(crate) async fn forget_idle_conversation(&self, id: &str, cutoff_ms: i64) -> Result<bool> {
+        dispatch!(self, forget_idle_conversation(id, cutoff_ms))
+    }
+
+    /// Forgets every conversation idle since before `cutoff_ms`; returns how many.
+    #[tracing::instrument(skip(self))]
+    pub(crate) async fn delete_idle_conversations(&self, cutoff_ms: i64) -> Result<u64> {
+        dispatch!(self, delete_idle_conversations(cutoff_ms))
+    }
+
+    /// Every run-time domain's manifest, by name.
+    #[tracing::instrument(skip(self))]
+    pub async fn read_domains(&self) -> Result<Vec<(String, String)>> {
+        dispatch!(self, read_domains())
+    }
+
+    /// Stores a run-time domain's manifest; true when the name was new.
+    #[tracing::instrument(skip(self, manifest))]
+    pub async fn upsert_domain(&self, name: &str, manifest: &str, now_ms: i64) -> Result<bool> {
+        dispatch!(self, upsert_domain(name, manifest, now_ms))
+    }
+
+    /// Removes a run-time domain; true when it existed.
+    #[tracing::instrument(skip(self))]
+    pub async fn delete_domain(&self, name: &str) -> Result<bool> {
+        dispatch!(self, delete_domain(name))
+    }
+}
+
+/// What the tests of this crate and its integration tests share to reach a PostgreSQL server:
+/// `TOOLROUTER_TEST_POSTGRES_URL` (`.ci/postgres.sh` starts a throwaway server and sets it),
+/// and a fresh database per test so tests stay independent and run in parallel.
+#[doc(hidden)]
+pub mod testing {
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    /// The variable naming the test server (an admin URL: tests create databases with it).
+    pub const POSTGRES_URL_VAR: &str = "TOOLROUTER_TEST_POSTGRES_URL";
+
+    /// The test server's URL; `None` when the variable is unset, so the PostgreSQL tests
+    /// skip.
+    ///
+    /// # Panics
+    /// Under CI (`CI=true`) when the variable is unset: CI must run the PostgreSQL tests.
+    pub fn postgres_url() -> Option<String> {
+        let url = std::env::var(POSTGRES_URL_VAR).ok().filter(|u| !u.is_empty());
+        if url.is_none() && std::env::var("CI").is_ok_and(|v| v == "true" || v == "1") {
+            panic!("{POSTGRES_URL_VAR} is not set under CI: run the tests as `.ci/postgres.sh cargo test`");
+        }
+        url
+    }
+
+    /// `url` with its database replaced by `name`.
+    pub fn with_database(url: &str, name: &str) -> String {
+        let (base, query) = url.split_once('?').map_or((url, None), |(b, q)| (b, Some(q)));
+        let (scheme, rest) = base.split_once("://").unwrap_or(("postgres", base));
+        let authority = rest.split_once('/').map_or(rest, |(a, _)| a);
+        let mut out = format!("{scheme}://{authority}/{name}");
+        if let Some(q) = query {
+            out.push('?');
+            out.push_str(q);
+        }
+        out
+    }
+
+    /// A new empty database on the test server, by URL.
+    ///
+    /// # Panics
+    /// When the server refuses (a test cannot go on without its database).
+    pub async fn fresh_postgres_database(admin_url: &str) -> String {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let stamp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros() % 1_000_000_000);
+        let name = format!(
+            "toolrouter_test_{}_{stamp}_{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        super::postgres::create_database(admin_url, &name)
+            .await
+            .unwrap_or_else(|e| panic!("cannot create the test database {name}: {e}"));
+        with_database(admin_url, &name)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,387 @@
+//! PostgreSQL: several daemons (replicas) share one database. Every PostgreSQL statement,
+//! one fn each, and the listening connection that hears about settings changes.
+//!
+//! **Timeouts.** The busy timeout bounds waiting for a pooled connection (`acquire_timeout`,
+//! which covers connecting) and each statement (`statement_timeout`, on the server); the
+//! caller also cuts a whole call at twice that on the client side (see `db::bounded`), so an
+//! unreachable server ends a call, it never hangs it.
+//!
+//! **Notifications.** A trigger on `settings` (migration 0001) sends a notification on
+//! [`SETTINGS_CHANNEL`] for every change, and `InvalidateSettings` sends one too, with the
+//! sending daemon's origin as payload so it does not re-read twice. [`listen`] keeps one
+//! connection listening, reconnecting with backoff, and reports a resumed connection, since
+//! whatever was sent while it was down is lost.
+//!
+//! **Versions.** Every write of a conversation's domains takes a new version from one
+//! sequence and records the version it replaced, so a daemon can tell that its cached copy
+//! is current ([`conversation_stamp`]) and that its own write did not skip another's
+//! ([`Written::previous`]).
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
+use tokio::sync::mpsc;
+
+use super::{Notice, Stamp, StoredConversation, Written};
+use crate::error::Result;
+use crate::router::Member;
+
+/// The channel settings changes are announced on (the migration's trigger names it too).
+pub(super) const SETTINGS_CHANNEL: &str = "toolrouter_settings";
+
+/// Connections one daemon keeps to the server at most (plus the listening one).
+const MAX_CONNECTIONS: u32 = 16;
+
+/// A pooled connection idle longer than this is pinged before use: one that served a call a
+/// moment ago is trusted, so a busy daemon pays no extra round trip per call.
+const PING_IDLE_AFTER: Duration = Duration::from_secs(1);
+
+/// The listening connection's first retry after a failure, doubling up to [`MAX_BACKOFF`].
+const MIN_BACKOFF: Duration = Duration::from_millis(50);
+const MAX_BACKOFF: Duration = Duration::from_secs(2);
+
+/// A PostgreSQL database. Cloning is shallow.
+#[derive(Debug, Clone)]
+pub(super) struct Store {
+    pub(super) pool: PgPool,
+    /// One connection of its own for LISTEN, so the pool's connections stay for calls.
+    listen_pool: PgPool,
+    /// This daemon's mark on the notifications it sends.
+    pub(super) origin: std::sync::Arc<str>,
+}
+
+impl Store {
+    /// Connects to the database at `url` and applies the migrations (under PostgreSQL's
+    /// advisory lock, so replicas starting together migrate once).
+    pub(super) async fn connect(url: &str, busy_timeout: Duration) -> Result<Store> {
+        let statement_ms = busy_timeout.as_millis().max(1).to_string();
+        let options = PgConnectOptions::from_str(url)?
+            .application_name("toolrouter")
+            // Waiting for another writer's lock is bounded like a statement.
+            .options([
+                ("statement_timeout", statement_ms.as_str()),
+                ("lock_timeout", statement_ms.as_str()),
+            ]);
+        let pool = PgPoolOptions::new()
+            .max_connections(MAX_CONNECTIONS)
+            .acquire_timeout(busy_timeout)
+            .test_before_acquire(false)
+            .before_acquire(|conn, meta| {
+                Box::pin(async move {
+                    if meta.idle_for > PING_IDLE_AFTER {
+                        use sqlx::Connection as _;
+                        conn.ping().await?;
+                    }
+                    Ok(true)
+                })
+            })
+            .connect_with(options.clone())
+            .await?;
+        sqlx::migrate!("migrations/postgres").run(&pool).await?;
+        let listen_pool = PgPoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(busy_timeout)
+            .idle_timeout(None)
+            .max_lifetime(None)
+            .connect_lazy_with(options);
+        let origin = format!("{:016x}", rand_u64()).into();
+        Ok(Store {
+            pool,
+            listen_pool,
+            origin,
+        })
+    }
+
+    /// Closes every connection, the listening one too (its task then ends).
+    pub(super) async fn close(&self) {
+        self.listen_pool.close().await;
+        self.pool.close().await;
+    }
+}
+
+/// A number unlikely to repeat across the daemons of one database: the clock and the process.
+fn rand_u64() -> u64 {
+    use std::hash::{BuildHasher as _, Hasher as _};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    h.finish()
+}
+
+/// Starts listening for settings changes: the receiver gets [`Notice::SettingsChanged`] for
+/// each notification another sender sent, and [`Notice::Resumed`] each time the listening
+/// connection is (re)established, the first time included. The task ends when the receiver
+/// is dropped or the store is closed.
+pub(super) fn listen(store: &Store) -> mpsc::Receiver<Notice> {
+    // A full channel already holds a re-read to come, which covers any notice dropped.
+    let (tx, rx) = mpsc::channel(4);
+    let pool = store.listen_pool.clone();
+    let origin = store.origin.clone();
+    tokio::spawn(async move {
+        tokio::select! {
+            () = tx.closed() => {}
+            () = run_listener(&pool, &origin, &tx) => {}
+        }
+    });
+    rx
+}
+
+async fn run_listener(pool: &PgPool, origin: &str, tx: &mpsc::Sender<Notice>) {
+    let mut backoff = MIN_BACKOFF;
+    let mut failing = false;
+    while !pool.is_closed() {
+        let error = match subscribe(pool).await {
+            Ok(mut listener) => {
+                if failing {
+                    tracing::info!("listening for settings changes again; re-reading the settings");
+                    failing = false;
+                }
+                backoff = MIN_BACKOFF;
+                let _ = tx.try_send(Notice::Resumed);
+                loop {
+                    match listener.try_recv().await {
+                        Ok(Some(n)) if n.payload() == origin => {}
+                        Ok(Some(_)) => {
+                            let _ = tx.try_send(Notice::SettingsChanged);
+                        }
+                        // The connection dropped and PgListener made a new one at once:
+                        // whatever was sent in between is lost.
+                        Ok(None) => {
+                            let _ = tx.try_send(Notice::Resumed);
+                        }
+                        Err(e) => break e,
+                    }
+                }
+            }
+            Err(e) => e,
+        };
+        if pool.is_closed() {
+            break;
+        }
+        if !failing {
+            tracing::warn!(
+                error = %error,
+                "lost the connection that listens for settings changes; retrying (the settings TTL applies meanwhile)"
+            );
+            failing = true;
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
+async fn subscribe(pool: &PgPool) -> sqlx::Result<PgListener> {
+    let mut listener = PgListener::connect_with(pool).await?;
+    listener.listen(SETTINGS_CHANNEL).await?;
+    Ok(listener)
+}
+
+// The statements.
+
+pub(super) async fn read_settings(pool: &PgPool) -> sqlx::Result<Vec<(String, String)>> {
+    sqlx::query_as("SELECT key, value FROM settings")
+        .fetch_all(pool)
+        .await
+}
+
+pub(super) async fn set_setting(pool: &PgPool, key: &str, value: &str) -> sqlx::Result<()> {
+    sqlx::query(
+        "INSERT INTO settings (key, value) VALUES ($1, $2) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+    )
+    .bind(key)
+    .bind(value)
+    .execute(pool)
+    .await
+    .map(drop)
+}
+
+pub(super) async fn unset_setting(pool: &PgPool, key: &str) -> sqlx::Result<bool> {
+    sqlx::query("DELETE FROM settings WHERE key = $1")
+        .bind(key)
+        .execute(pool)
+        .await
+        .map(|r| r.rows_affected() > 0)
+}
+
+pub(super) async fn announce_settings(pool: &PgPool, origin: &str) -> sqlx::Result<()> {
+    sqlx::query("SELECT pg_notify($1, $2)")
+        .bind(SETTINGS_CHANNEL)
+        .bind(origin)
+        .execute(pool)
+        .await
+        .map(drop)
+}
+
+/// A conversation row joined with one of its domains (all `None` when it has none).
+type ConversationRow = (i64, i64, Option<String>, Option<bool>, Option<bool>);
+
+pub(super) async fn load_conversation(pool: &PgPool, id: &str) -> sqlx::Result<Option<StoredConversation>> {
+    // One statement, so the row and its domains come from one snapshot.
+    let rows: Vec<ConversationRow> = sqlx::query_as(
+        "SELECT c.last_seen, c.version, d.domain, d.loaded, d.hit FROM conversations c \
+         LEFT JOIN conversation_domains d ON d.conversation_id = c.id \
+         WHERE c.id = $1 ORDER BY d.seq, d.domain",
+    )
+    .bind(id)
+    .fetch_all(pool)
+    .await?;
+    let Some(&(last_seen, version, ..)) = rows.first() else {
+        return Ok(None);
+    };
+    let members = rows
+        .into_iter()
+        .filter_map(|(_, _, domain, loaded, hit)| {
+            Some(Member {
+                domain: domain?,
+                loaded: loaded.unwrap_or(false),
+                hit: hit.unwrap_or(false),
+            })
+        })
+        .collect();
+    Ok(Some(StoredConversation {
+        last_seen,
+        version,
+        members,
+    }))
+}
+
+pub(super) async fn conversation_stamp(pool: &PgPool, id: &str) -> sqlx::Result<Option<Stamp>> {
+    let row: Option<(i64, i64)> =
+        sqlx::query_as("SELECT version, last_seen FROM conversations WHERE id = $1")
+            .bind(id)
+            .fetch_optional(pool)
+            .await?;
+    Ok(row.map(|(version, last_seen)| Stamp { version, last_seen }))
+}
+
+pub(super) async fn save_members(
+    pool: &PgPool,
+    id: &str,
+    now_ms: i64,
+    members: &[(usize, Member)],
+) -> sqlx::Result<Written> {
+    let mut tx = pool.begin().await?;
+    // The upsert locks the row until commit, so writers of one conversation take turns and
+    // each learns the version it replaced.
+    let (previous, version): (Option<i64>, i64) = sqlx::query_as(
+        "INSERT INTO conversations (id, last_seen, version, previous) \
+         VALUES ($1, $2, nextval('conversation_versions'), NULL) \
+         ON CONFLICT (id) DO UPDATE SET last_seen = GREATEST(conversations.last_seen, excluded.last_seen), \
+         previous = conversations.version, version = excluded.version \
+         RETURNING previous, version",
+    )
+    .bind(id)
+    .bind(now_ms)
+    .fetch_one(&mut *tx)
+    .await?;
+    let (mut domains, mut seqs, mut loaded, mut hit) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for (seq, m) in members {
+        domains.push(m.domain.as_str());
+        seqs.push(i64::try_from(*seq).unwrap_or(i64::MAX));
+        loaded.push(m.loaded);
+        hit.push(m.hit);
+    }
+    sqlx::query(
+        "INSERT INTO conversation_domains (conversation_id, domain, seq, loaded, hit) \
+         SELECT $1, * FROM UNNEST($2::text[], $3::bigint[], $4::boolean[], $5::boolean[]) \
+         ON CONFLICT (conversation_id, domain) DO UPDATE SET \
+         loaded = conversation_domains.loaded OR excluded.loaded, hit = conversation_domains.hit OR excluded.hit",
+    )
+    .bind(id)
+    .bind(&domains)
+    .bind(&seqs)
+    .bind(&loaded)
+    .bind(&hit)
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(Written { previous, version })
+}
+
+pub(super) async fn touch_conversation(pool: &PgPool, id: &str, now_ms: i64) -> sqlx::Result<()> {
+    sqlx::query("UPDATE conversations SET last_seen = GREATEST(last_seen, $2) WHERE id = $1")
+        .bind(id)
+        .bind(now_ms)
+        .execute(pool)
+        .await
+        .map(drop)
+}
+
+pub(super) async fn delete_conversation(pool: &PgPool, id: &str) -> sqlx::Result<()> {
+    // Its domains go with it (ON DELETE CASCADE).
+    sqlx::query("DELETE FROM conversations WHERE id = $1")
+        .bind(id)
+        .execute(pool)
+        .await
+        .map(drop)
+}
+
+pub(super) async fn forget_idle_conversation(pool: &PgPool, id: &str, cutoff_ms: i64) -> sqlx::Result<bool> {
+    // One statement: a replica's write in between moves last_seen and the row stays.
+    sqlx::query("DELETE FROM conversations WHERE id = $1 AND last_seen < $2")
+        .bind(id)
+        .bind(cutoff_ms)
+        .execute(pool)
+        .await
+        .map(|r| r.rows_affected() > 0)
+}
+
+pub(super) async fn delete_idle_conversations(pool: &PgPool, cutoff_ms: i64) -> sqlx::Result<u64> {
+    sqlx::query("DELETE FROM conversations WHERE last_seen < $1")
+        .bind(cutoff_ms)
+        .execute(pool)
+        .await
+        .map(|r| r.rows_affected())
+}
+
+pub(super) async fn read_domains(pool: &PgPool) -> sqlx::Result<Vec<(String, String)>> {
+    sqlx::query_as("SELECT name, manifest FROM domains ORDER BY name")
+        .fetch_all(pool)
+        .await
+}
+
+pub(super) async fn upsert_domain(
+    pool: &PgPool,
+    name: &str,
+    manifest: &str,
+    now_ms: i64,
+) -> sqlx::Result<bool> {
+    // One statement; `xmax` is 0 on a row this statement inserted, and set on one it updated.
+    let (inserted,): (bool,) = sqlx::query_as(
+        "INSERT INTO domains (name, manifest, updated_at) VALUES ($1, $2, $3) \
+         ON CONFLICT (name) DO UPDATE SET manifest = excluded.manifest, updated_at = excluded.updated_at \
+         RETURNING (xmax = 0)",
+    )
+    .bind(name)
+    .bind(manifest)
+    .bind(now_ms)
+    .fetch_one(pool)
+    .await?;
+    Ok(inserted)
+}
+
+pub(super) async fn delete_domain(pool: &PgPool, name: &str) -> sqlx::Result<bool> {
+    sqlx::query("DELETE FROM domains WHERE name = $1")
+        .bind(name)
+        .execute(pool)
+        .await
+        .map(|r| r.rows_affected() > 0)
+}
+
+/// Creates an empty database `name` on the server `admin_url` reaches (tests give each test
+/// a database of its own).
+pub(super) async fn create_database(admin_url: &str, name: &str) -> sqlx::Result<()> {
+    use sqlx::Connection as _;
+    let mut conn = sqlx::PgConnection::connect(admin_url).await?;
+    // A name cannot be a bind parameter; the caller's name is quoted as an identifier.
+    let statement = format!("CREATE DATABASE \"{}\"", name.replace('"', "\"\""));
+    sqlx::query(sqlx::AssertSqlSafe(statement))
+        .execute(&mut conn)
+        .await?;
+    conn.close().await
+}

@@ -1,0 +1,395 @@
+//! SQLite: the embedded default. Every SQLite statement, one fn each, plus the file's
+//! upkeep. Settings UIs write the same file, so it is opened in WAL mode with a busy timeout.
+//!
+//! The file can be deleted or replaced under a running daemon. Open connections would keep
+//! using the old, unlinked file, silently: reads would go stale and acknowledged writes would
+//! be lost. So each call first opens a session ([`Store::pool`]), which checks (once, on a
+//! blocking-pool thread) that the path still names the file the pool opened; a missing file
+//! is an `Unavailable` error, and a replaced one is reopened (and migrated) before use,
+//! bumping [`Store::generation`] so cached conversations are re-read.
+//!
+//! One daemon owns a file's conversations, so rows carry no versions: every conversation is
+//! version 0 here.
+
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
+
+use super::{Stamp, StoredConversation};
+use crate::error::{Error, Result};
+use crate::router::Member;
+
+/// An open SQLite database. Cloning is shallow.
+#[derive(Debug, Clone)]
+pub(super) struct Store {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    options: SqliteConnectOptions,
+    busy_timeout: Duration,
+    /// The database file; `None` for an in-memory database.
+    path: Option<PathBuf>,
+    current: ArcSwap<Opened>,
+    /// Held while reopening, so concurrent callers reopen once.
+    reopen: tokio::sync::Mutex<()>,
+    generation: AtomicU64,
+}
+
+/// A pool and the file it opened, swapped together.
+#[derive(Debug)]
+struct Opened {
+    pool: SqlitePool,
+    /// `None` for an in-memory database.
+    file: Option<FileId>,
+}
+
+/// Device and inode: what tells a replaced file from the one that was opened.
+type FileId = (u64, u64);
+
+fn file_id(path: &Path) -> std::io::Result<FileId> {
+    let meta = std::fs::metadata(path)?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt as _;
+        Ok((meta.dev(), meta.ino()))
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = meta;
+        Ok((0, 0))
+    }
+}
+
+/// The file a SQLite URL names as given (`None` for an in-memory database).
+///
+/// # Errors
+/// A URL that is not a SQLite URL.
+pub(super) fn file_of(url: &str) -> Result<Option<PathBuf>> {
+    let options = SqliteConnectOptions::from_str(url)?;
+    let filename = options.get_filename();
+    if filename.as_os_str() == ":memory:" || url.contains("mode=memory") {
+        return Ok(None);
+    }
+    Ok(Some(filename.to_path_buf()))
+}
+
+async fn open(options: &SqliteConnectOptions, busy_timeout: Duration) -> Result<SqlitePool> {
+    let pool = SqlitePoolOptions::new()
+        .max_connections(4)
+        // Waiting for a pooled connection is bounded like a statement's wait for the lock.
+        .acquire_timeout(busy_timeout)
+        .connect_with(options.clone())
+        .await?;
+    sqlx::migrate!("migrations/sqlite").run(&pool).await?;
+    Ok(pool)
+}
+
+impl Store {
+    /// Opens (creating if missing) the database at `url` and applies the migrations.
+    pub(super) async fn connect(url: &str, busy_timeout: Duration) -> Result<Store> {
+        let options = SqliteConnectOptions::from_str(url)?
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .busy_timeout(busy_timeout)
+            // A load acknowledged to a client must survive a crash: commit means on disk.
+            .synchronous(SqliteSynchronous::Full);
+        let path = file_of(url)?;
+        let pool = open(&options, busy_timeout).await?;
+        let file = match &path {
+            Some(p) => Some(file_id(p).map_err(|e| Error::Io {
+                context: format!("cannot inspect the database file {}", p.display()),
+                source: e,
+            })?),
+            None => None,
+        };
+        Ok(Store {
+            inner: Arc::new(Inner {
+                options,
+                busy_timeout,
+                path,
+                current: ArcSwap::from_pointee(Opened { pool, file }),
+                reopen: tokio::sync::Mutex::new(()),
+                generation: AtomicU64::new(0),
+            }),
+        })
+    }
+
+    /// The database file as opened (as the URL names it); `None` for an in-memory database.
+    pub(super) fn path(&self) -> Option<&Path> {
+        self.inner.path.as_deref()
+    }
+
+    /// Bumped each time the file was found replaced and reopened.
+    pub(super) fn generation(&self) -> u64 {
+        self.inner.generation.load(Ordering::Acquire)
+    }
+
+    /// The pool over the file the path names now, reopening it if it was replaced: the one
+    /// file check of a call.
+    pub(super) async fn pool(&self) -> Result<SqlitePool> {
+        let opened = self.inner.current.load_full();
+        let Some(path) = &self.inner.path else {
+            return Ok(opened.pool.clone());
+        };
+        let now = self.file_id(path).await?;
+        if opened.file == Some(now) {
+            return Ok(opened.pool.clone());
+        }
+        drop(opened);
+        let _guard = self.inner.reopen.lock().await;
+        let now = self.file_id(path).await?;
+        let opened = self.inner.current.load_full();
+        if opened.file == Some(now) {
+            return Ok(opened.pool.clone());
+        }
+        let pool = open(&self.inner.options, self.inner.busy_timeout)
+            .await
+            .map_err(|e| {
+                Error::Unavailable(format!(
+                    "the database file {} was replaced and cannot be reopened: {e}",
+                    path.display()
+                ))
+            })?;
+        self.inner.current.store(Arc::new(Opened {
+            pool: pool.clone(),
+            file: Some(now),
+        }));
+        self.inner.generation.fetch_add(1, Ordering::AcqRel);
+        tracing::warn!(path = %path.display(), "the database file was replaced; reopened it");
+        opened.pool.close().await;
+        Ok(pool)
+    }
+
+    /// The identity of the file at `path` now, read on the blocking pool (a `stat` may wait
+    /// on a slow disk or a network file system, and must not hold a runtime thread).
+    async fn file_id(&self, path: &Path) -> Result<FileId> {
+        let owned = path.to_path_buf();
+        let id = tokio::task::spawn_blocking(move || file_id(&owned))
+            .await
+            .map_err(|e| Error::Internal(format!("the database file check failed: {e}")))?;
+        id.map_err(|e| {
+            Error::Unavailable(format!(
+                "the database file {} cannot be opened: {e}",
+                path.display()
+            ))
+        })
+    }
+
+    /// Closes every connection.
+    pub(super) async fn close(&self) {
+        self.inner.current.load().pool.close().await;
+    }
+}
+
+// The statements.
+
+pub(super) async fn read_settings(pool: &SqlitePool) -> sqlx::Result<Vec<(String, String)>> {
+    sqlx::query_as("SELECT key, value FROM settings")
+        .fetch_all(pool)
+        .await
+}
+
+pub(super) async fn set_setting(pool: &SqlitePool, key: &str, value: &str) -> sqlx::Result<()> {
+    sqlx::query(
+        "INSERT INTO settings (key, value) VALUES (?1, ?2) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+    )
+    .bind(key)
+    .bind(value)
+    .execute(pool)
+    .await
+    .map(drop)
+}
+
+pub(super) async fn unset_setting(pool: &SqlitePool, key: &str) -> sqlx::Result<bool> {
+    sqlx::query("DELETE FROM settings WHERE key = ?1")
+        .bind(key)
+        .execute(pool)
+        .await
+        .map(|r| r.rows_affected() > 0)
+}
+
+pub(super) async fn load_conversation(
+    pool: &SqlitePool,
+    id: &str,
+) -> sqlx::Result<Option<StoredConversation>> {
+    let mut tx = pool.begin().await?;
+    let last_seen: Option<(i64,)> = sqlx::query_as("SELECT last_seen FROM conversations WHERE id = ?1")
+        .bind(id)
+        .fetch_optional(&mut *tx)
+        .await?;
+    let Some((last_seen,)) = last_seen else {
+        return Ok(None);
+    };
+    let rows: Vec<(String, bool, bool)> = sqlx::query_as(
+        "SELECT domain, loaded, hit FROM conversation_domains WHERE conversation_id = ?1 ORDER BY seq, domain",
+    )
+    .bind(id)
+    .fetch_all(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    let members = rows
+        .into_iter()
+        .map(|(domain, loaded, hit)| Member { domain, loaded, hit })
+        .collect();
+    Ok(Some(StoredConversation {
+        last_seen,
+        version: 0,
+        members,
+    }))
+}
+
+pub(super) async fn conversation_stamp(pool: &SqlitePool, id: &str) -> sqlx::Result<Option<Stamp>> {
+    let row: Option<(i64,)> = sqlx::query_as("SELECT last_seen FROM conversations WHERE id = ?1")
+        .bind(id)
+        .fetch_optional(pool)
+        .await?;
+    Ok(row.map(|(last_seen,)| Stamp {
+        version: 0,
+        last_seen,
+    }))
+}
+
+pub(super) async fn save_members(
+    pool: &SqlitePool,
+    id: &str,
+    now_ms: i64,
+    members: &[(usize, Member)],
+) -> sqlx::Result<()> {
+    let mut tx = pool.begin().await?;
+    sqlx::query(
+        "INSERT INTO conversations (id, last_seen) VALUES (?1, ?2) ON CONFLICT (id) DO UPDATE SET last_seen = max(last_seen, excluded.last_seen)",
+    )
+    .bind(id)
+    .bind(now_ms)
+    .execute(&mut *tx)
+    .await?;
+    for (seq, m) in members {
+        sqlx::query(
+            "INSERT INTO conversation_domains (conversation_id, domain, seq, loaded, hit) VALUES (?1, ?2, ?3, ?4, ?5) \
+             ON CONFLICT (conversation_id, domain) DO UPDATE SET loaded = max(loaded, excluded.loaded), hit = max(hit, excluded.hit)",
+        )
+        .bind(id)
+        .bind(&m.domain)
+        .bind(i64::try_from(*seq).unwrap_or(i64::MAX))
+        .bind(m.loaded)
+        .bind(m.hit)
+        .execute(&mut *tx)
+        .await?;
+    }
+    tx.commit().await
+}
+
+pub(super) async fn touch_conversation(pool: &SqlitePool, id: &str, now_ms: i64) -> sqlx::Result<()> {
+    sqlx::query("UPDATE conversations SET last_seen = max(last_seen, ?2) WHERE id = ?1")
+        .bind(id)
+        .bind(now_ms)
+        .execute(pool)
+        .await
+        .map(drop)
+}
+
+pub(super) async fn delete_conversation(pool: &SqlitePool, id: &str) -> sqlx::Result<()> {
+    let mut tx = pool.begin().await?;
+    sqlx::query("DELETE FROM conversation_domains WHERE conversation_id = ?1")
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query("DELETE FROM conversations WHERE id = ?1")
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await
+}
+
+pub(super) async fn forget_idle_conversation(
+    pool: &SqlitePool,
+    id: &str,
+    cutoff_ms: i64,
+) -> sqlx::Result<bool> {
+    let mut tx = pool.begin().await?;
+    sqlx::query(
+        "DELETE FROM conversation_domains WHERE conversation_id = ?1 \
+         AND EXISTS (SELECT 1 FROM conversations WHERE id = ?1 AND last_seen < ?2)",
+    )
+    .bind(id)
+    .bind(cutoff_ms)
+    .execute(&mut *tx)
+    .await?;
+    let r = sqlx::query("DELETE FROM conversations WHERE id = ?1 AND last_seen < ?2")
+        .bind(id)
+        .bind(cutoff_ms)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(r.rows_affected() > 0)
+}
+
+pub(super) async fn delete_idle_conversations(pool: &SqlitePool, cutoff_ms: i64) -> sqlx::Result<u64> {
+    let mut tx = pool.begin().await?;
+    sqlx::query(
+        "DELETE FROM conversation_domains WHERE conversation_id IN (SELECT id FROM conversations WHERE last_seen < ?1)",
+    )
+    .bind(cutoff_ms)
+    .execute(&mut *tx)
+    .await?;
+    let r = sqlx::query("DELETE FROM conversations WHERE last_seen < ?1")
+        .bind(cutoff_ms)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(r.rows_affected())
+}
+
+pub(super) async fn read_domains(pool: &SqlitePool) -> sqlx::Result<Vec<(String, String)>> {
+    sqlx::query_as("SELECT name, manifest FROM domains ORDER BY name")
+        .fetch_all(pool)
+        .await
+}
+
+pub(super) async fn upsert_domain(
+    pool: &SqlitePool,
+    name: &str,
+    manifest: &str,
+    now_ms: i64,
+) -> sqlx::Result<bool> {
+    // Writes first: a transaction that reads before it writes cannot wait for the write
+    // lock (SQLite fails it at once when another connection committed in between).
+    let mut tx = pool.begin().await?;
+    let inserted = sqlx::query(
+        "INSERT INTO domains (name, manifest, updated_at) VALUES (?1, ?2, ?3) ON CONFLICT (name) DO NOTHING",
+    )
+    .bind(name)
+    .bind(manifest)
+    .bind(now_ms)
+    .execute(&mut *tx)
+    .await?
+    .rows_affected()
+        > 0;
+    if !inserted {
+        sqlx::query("UPDATE domains SET manifest = ?2, updated_at = ?3 WHERE name = ?1")
+            .bind(name)
+            .bind(manifest)
+            .bind(now_ms)
+            .execute(&mut *tx)
+            .await?;
+    }
+    tx.commit().await?;
+    Ok(inserted)
+}
+
+pub(super) async fn delete_domain(pool: &SqlitePool, name: &str) -> sqlx::Result<bool> {
+    sqlx::query("DELETE FROM domains WHERE name = ?1")
+        .bind(name)
+        .execute(pool)
+        .await
+        .map(|r| r.rows_affected() > 0)
+}

@@ -1,0 +1,359 @@
+//! Every statement of both backends, through the one interface. Each test body runs on a
+//! SQLite file and, when `TOOLROUTER_TEST_POSTGRES_URL` names a server, on a fresh
+//! PostgreSQL database (the API tests print the one line saying how to run those).
+
+use std::time::Duration;
+
+use super::*;
+
+/// A database of the backend, and what keeps it alive (a SQLite file's folder).
+struct Fixture {
+    db: Db,
+    url: String,
+    _dir: Option<tempfile::TempDir>,
+}
+
+async fn sqlite_fixture() -> Option<Fixture> {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("t.db").display());
+    Some(Fixture {
+        db: Db::connect(&url).await.unwrap(),
+        url,
+        _dir: Some(dir),
+    })
+}
+
+async fn postgres_fixture() -> Option<Fixture> {
+    let admin = testing::postgres_url()?;
+    let url = testing::fresh_postgres_database(&admin).await;
+    Some(Fixture {
+        db: Db::connect(&url).await.unwrap(),
+        url,
+        _dir: None,
+    })
+}
+
+/// Declares each test body (an `async fn(Fixture)`) once per backend: `sqlite::name` and
+/// `postgres::name`.
+macro_rules! on_both_backends {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(#[tokio::test]
+            async fn $name() {
+                let fixture = super::sqlite_fixture().await.unwrap();
+                super::$name(fixture).await;
+            })*
+        }
+        mod postgres {
+            $(#[tokio::test]
+            async fn $name() {
+                if let Some(fixture) = super::postgres_fixture().await {
+                    super::$name(fixture).await;
+                }
+            })*
+        }
+    };
+}
+
+on_both_backends!(
+    settings_can_be_set_replaced_read_and_unset,
+    members_are_saved_in_join_order_and_flags_only_turn_on,
+    conversations_are_deleted_one_by_one_or_when_idle,
+    an_idle_conversation_is_forgotten_only_while_no_later_use_is_recorded,
+    a_stamp_tells_a_current_copy_from_a_stale_one,
+    domains_are_stored_replaced_read_by_name_and_deleted,
+);
+
+fn member(domain: &str, loaded: bool, hit: bool) -> Member {
+    Member {
+        domain: domain.into(),
+        loaded,
+        hit,
+    }
+}
+
+async fn settings_can_be_set_replaced_read_and_unset(f: Fixture) {
+    let db = f.db.session().await.unwrap();
+    db.set_setting("a", "1").await.unwrap();
+    db.set_setting("a", "2").await.unwrap();
+    db.set_setting("b", "x").await.unwrap();
+    let mut rows = db.read_settings().await.unwrap();
+    rows.sort();
+    assert_eq!(rows, vec![("a".into(), "2".into()), ("b".into(), "x".into())]);
+    assert!(db.unset_setting("a").await.unwrap());
+    assert!(!db.unset_setting("a").await.unwrap());
+    assert_eq!(db.read_settings().await.unwrap().len(), 1);
+}
+
+async fn members_are_saved_in_join_order_and_flags_only_turn_on(f: Fixture) {
+    let db = f.db.session().await.unwrap();
+    assert_eq!(db.load_conversation("c").await.unwrap(), None);
+    db.save_members(
+        "c",
+        10,
+        &[(0, member("b", true, false)), (1, member("a", false, true))],
+    )
+    .await
+    .unwrap();
+    db.save_members("c", 5, &[(0, member("b", false, true))])
+        .await
+        .unwrap();
+    let stored = db.load_conversation("c").await.unwrap().unwrap();
+    assert_eq!(stored.last_seen, 10, "last_seen never moves back");
+    assert_eq!(
+        stored.members,
+        vec![member("b", true, true), member("a", false, true)]
+    );
+    db.touch_conversation("c", 20).await.unwrap();
+    assert_eq!(db.load_conversation("c").await.unwrap().unwrap().last_seen, 20);
+    db.touch_conversation("c", 15).await.unwrap();
+    assert_eq!(db.load_conversation("c").await.unwrap().unwrap().last_seen, 20);
+}
+
+async fn conversations_are_deleted_one_by_one_or_when_idle(f: Fixture) {
+    let db = f.db.session().await.unwrap();
+    for (id, seen) in [("old", 1), ("new", 100), ("gone", 100)] {
+        db.save_members(id, seen, &[(0, member("a", true, false))])
+            .await
+            .unwrap();
+    }
+    db.delete_conversation("gone").await.unwrap();
+    assert_eq!(db.load_conversation("gone").await.unwrap(), None);
+    assert_eq!(db.delete_idle_conversations(50).await.unwrap(), 1);
+    assert_eq!(db.load_conversation("old").await.unwrap(), None);
+    assert!(db.load_conversation("new").await.unwrap().is_some());
+    // Re-created after a delete, a conversation starts empty.
+    db.save_members("gone", 100, &[(0, member("b", false, true))])
+        .await
+        .unwrap();
+    let members = db.load_conversation("gone").await.unwrap().unwrap().members;
+    assert_eq!(members, vec![member("b", false, true)]);
+}
+
+async fn an_idle_conversation_is_forgotten_only_while_no_later_use_is_recorded(f: Fixture) {
+    let db = f.db.session().await.unwrap();
+    db.save_members("c", 10, &[(0, member("a", true, false))])
+        .await
+        .unwrap();
+    // Another daemon recorded a use at 30: idle since before 20 no longer holds.
+    db.touch_conversation("c", 30).await.unwrap();
+    assert!(!db.forget_idle_conversation("c", 20).await.unwrap());
+    assert!(db.load_conversation("c").await.unwrap().is_some());
+    assert!(db.forget_idle_conversation("c", 31).await.unwrap());
+    assert_eq!(db.load_conversation("c").await.unwrap(), None);
+    assert_eq!(db.conversation_stamp("c").await.unwrap(), None);
+    assert!(!db.forget_idle_conversation("never", 31).await.unwrap());
+}
+
+async fn a_stamp_tells_a_current_copy_from_a_stale_one(f: Fixture) {
+    let db = f.db.session().await.unwrap();
+    assert_eq!(db.conversation_stamp("c").await.unwrap(), None);
+    let first = db
+        .save_members("c", 10, &[(0, member("a", true, false))])
+        .await
+        .unwrap();
+    let stored = db.load_conversation("c").await.unwrap().unwrap();
+    let stamp = db.conversation_stamp("c").await.unwrap().unwrap();
+    assert_eq!(stamp.version, stored.version);
+    assert_eq!(stamp.last_seen, 10);
+    db.touch_conversation("c", 40).await.unwrap();
+    let touched = db.conversation_stamp("c").await.unwrap().unwrap();
+    assert_eq!(touched.last_seen, 40);
+    assert_eq!(touched.version, stamp.version, "a use alone keeps the version");
+    let second = db
+        .save_members("c", 50, &[(1, member("b", false, true))])
+        .await
+        .unwrap();
+    match (first, second) {
+        // SQLite: one daemon per file, no versions.
+        (None, None) => assert!(!f.db.shared()),
+        (Some(first), Some(second)) => {
+            assert!(f.db.shared());
+            assert_eq!(first.previous, None, "the first write created the row");
+            assert_eq!(first.version, stored.version);
+            assert_eq!(second.previous, Some(first.version));
+            assert_ne!(second.version, first.version);
+            let now = db.conversation_stamp("c").await.unwrap().unwrap();
+            assert_eq!(now.version, second.version);
+            // A delete and a new write never bring an old version back.
+            db.delete_conversation("c").await.unwrap();
+            let again = db
+                .save_members("c", 60, &[(0, member("a", true, false))])
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(again.previous, None);
+            assert!(again.version != first.version && again.version != second.version);
+        }
+        other => panic!("versions on one write and not the other: {other:?}"),
+    }
+}
+
+async fn domains_are_stored_replaced_read_by_name_and_deleted(f: Fixture) {
+    let db = f.db.session().await.unwrap();
+    assert!(db.read_domains().await.unwrap().is_empty());
+    assert!(db.upsert_domain("b", "{\"name\":\"b\"}", 1).await.unwrap(), "new");
+    assert!(db.upsert_domain("a", "{\"name\":\"a\"}", 2).await.unwrap(), "new");
+    assert!(
+        !db.upsert_domain("b", "{\"name\":\"b\",\"core\":true}", 3)
+            .await
+            .unwrap(),
+        "replaced"
+    );
+    assert_eq!(
+        db.read_domains().await.unwrap(),
+        vec![
+            ("a".into(), "{\"name\":\"a\"}".into()),
+            ("b".into(), "{\"name\":\"b\",\"core\":true}".into())
+        ]
+    );
+    assert!(db.delete_domain("a").await.unwrap());
+    assert!(!db.delete_domain("a").await.unwrap(), "already gone");
+    assert_eq!(db.read_domains().await.unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn a_missing_file_is_unavailable_and_counted_once_per_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.db");
+    let db = Db::connect(&format!("sqlite://{}", path.display()))
+        .await
+        .unwrap();
+    std::fs::remove_file(&path).unwrap();
+    let before = DATABASE_ERRORS.get();
+    let err = db.read_settings().await.unwrap_err();
+    assert!(matches!(err, Error::Unavailable(_)), "{err}");
+    assert!(err.to_string().contains("cannot be opened"), "{err}");
+    // Other tests in this process may count too, so only a lower bound holds.
+    assert!(DATABASE_ERRORS.get() > before);
+}
+
+/// `tests/fixtures/before-postgres.db` was written by the daemon before the migrations moved
+/// to `migrations/sqlite/` (main at 769962f: a setting, and a conversation with a loaded
+/// group). sqlx refuses a database whose recorded migrations do not match the embedded
+/// ones, so opening it proves versions and checksums are unchanged.
+#[tokio::test]
+async fn a_database_written_before_the_migrations_moved_opens_with_its_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("old.db");
+    std::fs::copy(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/before-postgres.db"),
+        &path,
+    )
+    .unwrap();
+    let db = Db::connect(&format!("sqlite://{}", path.display()))
+        .await
+        .unwrap();
+    assert_eq!(
+        db.read_settings().await.unwrap(),
+        vec![("sonarr_url".to_string(), "http://nas:8989".to_string())]
+    );
+    let stored = db.load_conversation("c1").await.unwrap().unwrap();
+    assert_eq!(stored.members, vec![member("sonarr", true, false)]);
+    db.close().await;
+}
+
+#[test]
+fn credentials_are_removed_from_database_urls() {
+    for (url, shown) in [
+        ("sqlite://toolrouter.db", "sqlite://toolrouter.db"),
+        (
+            "sqlite:///var/lib/t.db?mode=rwc",
+            "sqlite:///var/lib/t.db?mode=rwc",
+        ),
+        ("postgres://u:s3cret@db:5432/tr", "postgres://db:5432/tr"),
+        ("postgresql://u@db/tr", "postgresql://db/tr"),
+        (
+            "postgres://db/tr?sslmode=require&password=s3cret&application_name=x",
+            "postgres://db/tr?sslmode=require&application_name=x",
+        ),
+        ("postgres://db/tr?PASSWORD=s3cret", "postgres://db/tr"),
+        ("postgres://u:p@w@db/tr?sslpassword=k", "postgres://db/tr"),
+        ("postgres://u:s3cret@db", "postgres://db"),
+    ] {
+        assert_eq!(redact_url(url), shown, "{url}");
+    }
+}
+
+#[test]
+fn the_backend_is_chosen_by_the_scheme() {
+    assert!(is_postgres("postgres://db/tr"));
+    assert!(is_postgres("PostgreSQL://db/tr"));
+    assert!(!is_postgres("sqlite://postgres.db"));
+    assert!(!is_postgres("toolrouter.db"));
+    assert_eq!(database_file("postgres://db/tr").unwrap(), None);
+    assert!(database_file("sqlite://t.db").unwrap().unwrap().is_absolute());
+    assert_eq!(
+        testing::with_database("postgres://u@h:1/postgres?sslmode=disable", "t1"),
+        "postgres://u@h:1/t1?sslmode=disable"
+    );
+    assert_eq!(
+        testing::with_database("postgres://u@h:1", "t1"),
+        "postgres://u@h:1/t1"
+    );
+}
+
+/// Waits for the next notice, at most `limit`.
+async fn next_notice(rx: &mut mpsc::Receiver<Notice>, limit: Duration) -> Option<Notice> {
+    tokio::time::timeout(limit, rx.recv()).await.ok().flatten()
+}
+
+#[tokio::test]
+async fn a_settings_write_by_anyone_is_heard_and_an_own_announcement_is_not() {
+    let Some(f) = postgres_fixture().await else {
+        return;
+    };
+    let mut notices = f.db.notices().expect("PostgreSQL listens");
+    assert_eq!(
+        next_notice(&mut notices, Duration::from_secs(10)).await,
+        Some(Notice::Resumed),
+        "listening starts with one re-read"
+    );
+    // A settings UI on its own connection.
+    let ui = Db::connect(&f.url).await.unwrap();
+    ui.set_setting("k", "v").await.unwrap();
+    assert_eq!(
+        next_notice(&mut notices, Duration::from_secs(10)).await,
+        Some(Notice::SettingsChanged)
+    );
+    ui.unset_setting("k").await.unwrap();
+    assert_eq!(
+        next_notice(&mut notices, Duration::from_secs(10)).await,
+        Some(Notice::SettingsChanged)
+    );
+    // This daemon's announcement is for the others; theirs is for this one.
+    f.db.announce_settings().await.unwrap();
+    ui.announce_settings().await.unwrap();
+    assert_eq!(
+        next_notice(&mut notices, Duration::from_secs(10)).await,
+        Some(Notice::SettingsChanged)
+    );
+    assert_eq!(
+        next_notice(&mut notices, Duration::from_millis(300)).await,
+        None,
+        "one notice for the two announcements"
+    );
+    assert!(Db::connect(&f.url).await.unwrap().notices().is_some());
+    assert!(sqlite_fixture().await.unwrap().db.notices().is_none());
+    ui.close().await;
+    f.db.close().await;
+    assert_eq!(
+        next_notice(&mut notices, Duration::from_secs(10)).await,
+        None,
+        "closing the database ends the listening"
+    );
+}
+
+#[tokio::test]
+async fn a_server_that_never_answers_is_unavailable_instead_of_a_hang() {
+    // A listening socket that never answers: connecting succeeds, the handshake never does.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("postgres://u@{}/db", silent.local_addr().unwrap());
+    let connect = Db::connect_with(&url, Duration::from_millis(300));
+    // The bound only tells a hang from an answer; the busy timeout is 300 ms.
+    let err = tokio::time::timeout(Duration::from_secs(60), connect)
+        .await
+        .expect("an answer, not a hang")
+        .unwrap_err();
+    assert_eq!(tonic::Status::from(err).code(), tonic::Code::Unavailable);
+}
