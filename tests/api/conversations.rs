@@ -6,12 +6,22 @@ use std::time::Duration;
 use tonic::Code;
 
 use crate::helpers::{
-    TestApp, TestAppBuilder, WriteLock, decisions, load_request, reasons, route_request, spawn_app,
+    Backend, TestApp, TestAppBuilder, WriteLock, decisions, load_request, reasons, route_request,
+    spawn_app_on,
 };
 
-#[tokio::test]
-async fn keyword_hits_stick_to_the_conversation_in_join_order() {
-    let mut app = spawn_app().await;
+crate::on_both_backends!(
+    keyword_hits_stick_to_the_conversation_in_join_order,
+    a_conversations_groups_survive_a_server_restart_on_the_same_database,
+    reset_forgets_a_conversation_and_an_empty_id_is_invalid,
+    an_idle_conversation_is_forgotten_after_the_conversation_ttl,
+    a_route_that_changes_nothing_writes_nothing,
+    a_load_acknowledged_while_its_conversation_was_evicted_is_visible_to_every_later_route,
+    concurrent_loads_under_a_full_cache_are_each_visible_to_the_next_route,
+);
+
+async fn keyword_hits_stick_to_the_conversation_in_join_order(backend: Backend) {
+    let mut app = spawn_app_on(backend).await;
     for key in ["sonarr_url", "radarr_url", "qbittorrent_url"] {
         app.set(key, "x").await;
     }
@@ -43,9 +53,8 @@ async fn keyword_hits_stick_to_the_conversation_in_join_order() {
     app.stop().await;
 }
 
-#[tokio::test]
-async fn a_conversations_groups_survive_a_server_restart_on_the_same_database() {
-    let mut app = spawn_app().await;
+async fn a_conversations_groups_survive_a_server_restart_on_the_same_database(backend: Backend) {
+    let mut app = spawn_app_on(backend).await;
     app.set("sonarr_url", "x").await;
     app.set("radarr_url", "x").await;
     app.load("c1", "sonarr").await.unwrap();
@@ -64,9 +73,8 @@ async fn a_conversations_groups_survive_a_server_restart_on_the_same_database() 
     again.stop().await;
 }
 
-#[tokio::test]
-async fn reset_forgets_a_conversation_and_an_empty_id_is_invalid() {
-    let mut app = spawn_app().await;
+async fn reset_forgets_a_conversation_and_an_empty_id_is_invalid(backend: Backend) {
+    let mut app = spawn_app_on(backend).await;
     app.set("sonarr_url", "x").await;
     app.load("c1", "sonarr").await.unwrap();
     app.reset("c1").await.unwrap();
@@ -78,9 +86,8 @@ async fn reset_forgets_a_conversation_and_an_empty_id_is_invalid() {
     app.stop().await;
 }
 
-#[tokio::test]
-async fn an_idle_conversation_is_forgotten_after_the_conversation_ttl() {
-    let mut app = TestApp::builder()
+async fn an_idle_conversation_is_forgotten_after_the_conversation_ttl(backend: Backend) {
+    let mut app = TestApp::builder_on(backend)
         .config(|c| c.conversation_ttl = Duration::from_millis(300))
         .spawn()
         .await;
@@ -91,9 +98,8 @@ async fn an_idle_conversation_is_forgotten_after_the_conversation_ttl() {
     app.stop().await;
 }
 
-#[tokio::test]
-async fn a_route_that_changes_nothing_writes_nothing() {
-    let mut app = spawn_app().await;
+async fn a_route_that_changes_nothing_writes_nothing(backend: Backend) {
+    let mut app = spawn_app_on(backend).await;
     app.set("sonarr_url", "x").await;
     app.route("hello", "quiet-conv").await;
     assert_eq!(app.ui.load_conversation("quiet-conv").await.unwrap(), None);
@@ -110,19 +116,20 @@ async fn a_route_that_changes_nothing_writes_nothing() {
 }
 
 /// A conversation cache too small for even one conversation: every entry is evicted at once.
-fn tiny_cache() -> TestAppBuilder {
-    TestApp::builder().config(|c| {
+fn tiny_cache(backend: Backend) -> TestAppBuilder {
+    TestApp::builder_on(backend).config(|c| {
         c.conversation_cache_bytes = 1;
         c.busy_timeout = Duration::from_secs(30);
     })
 }
 
-#[tokio::test]
-async fn a_load_acknowledged_while_its_conversation_was_evicted_is_visible_to_every_later_route() {
-    let mut app = tiny_cache().spawn().await;
+async fn a_load_acknowledged_while_its_conversation_was_evicted_is_visible_to_every_later_route(
+    backend: Backend,
+) {
+    let mut app = tiny_cache(backend).spawn().await;
     app.set("sonarr_url", "x").await;
     // A settings UI holds the write lock: the load waits in its commit, holding its entry.
-    let lock = WriteLock::take(app.dir()).await;
+    let lock = WriteLock::on(&app).await;
     let mut loader = app.client.clone();
     let load = tokio::spawn(async move { loader.load_tool_group(load_request("c1", "sonarr")).await });
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -152,9 +159,8 @@ async fn a_load_acknowledged_while_its_conversation_was_evicted_is_visible_to_ev
     app.stop().await;
 }
 
-#[tokio::test]
-async fn concurrent_loads_under_a_full_cache_are_each_visible_to_the_next_route() {
-    let mut app = tiny_cache().spawn().await;
+async fn concurrent_loads_under_a_full_cache_are_each_visible_to_the_next_route(backend: Backend) {
+    let mut app = tiny_cache(backend).spawn().await;
     for key in ["sonarr_url", "radarr_url", "qbittorrent_url"] {
         app.set(key, "x").await;
     }

@@ -8,8 +8,10 @@ use std::time::Duration;
 use tonic::Code;
 
 use crate::helpers::{
-    TestApp, WriteLock, db_path, decisions, routed, set_settings, spawn_app, stored_members,
+    Backend, TestApp, WriteLock, db_path, decisions, routed, set_settings, spawn_app, stored_members,
 };
+
+crate::on_both_backends!(a_write_locked_past_the_busy_timeout_is_unavailable_and_then_succeeds,);
 
 /// Removes the database file and its WAL companions, as `rm toolrouter.db*` would.
 fn delete_database(dir: &Path) {
@@ -125,19 +127,24 @@ async fn settings_are_retried_each_ttl_and_recover_without_an_invalidation() {
     app.stop().await;
 }
 
-#[tokio::test]
-async fn a_write_locked_past_the_busy_timeout_is_unavailable_and_then_succeeds() {
-    let mut app = TestApp::builder()
+async fn a_write_locked_past_the_busy_timeout_is_unavailable_and_then_succeeds(backend: Backend) {
+    let mut app = TestApp::builder_on(backend)
         .config(|c| c.busy_timeout = Duration::from_millis(200))
         .spawn()
         .await;
     app.set("sonarr_url", "x").await;
     // Another program holds the write lock.
-    let lock = WriteLock::take(app.dir()).await;
+    let lock = WriteLock::on(&app).await;
 
     let err = app.load("c1", "sonarr").await.unwrap_err();
     assert_eq!(err.code(), Code::Unavailable);
-    assert!(err.message().contains("locked"), "{}", err.message());
+    // SQLite: "database is locked"; PostgreSQL: "canceling statement due to lock timeout"
+    // (or "statement timeout": both are the busy timeout).
+    let cause = match backend {
+        Backend::Sqlite => "locked",
+        Backend::Postgres => "timeout",
+    };
+    assert!(err.message().contains(cause), "{}", err.message());
     // Routing is unaffected: reads are not blocked, and a turn is answered even when its
     // hits cannot be remembered.
     assert_eq!(

@@ -11,7 +11,18 @@ use toolrouter::proto::{
 };
 use toolrouter::render::count_tokens;
 
-use crate::helpers::{TestApp, demo_registry, route_request, spawn_app};
+use crate::helpers::{Backend, TestApp, demo_registry, route_request, spawn_app, spawn_app_on};
+
+crate::on_both_backends!(
+    route_answers_every_format_with_the_native_tools_in_the_same_order,
+    load_list_all_and_search_answer_every_format,
+    an_unknown_format_is_an_invalid_argument_on_every_rpc,
+    over_max_tools_the_largest_fallback_domains_are_dropped_and_stay_loadable,
+    core_keyword_and_meta_tools_are_sent_even_over_the_budget,
+    the_server_default_budget_applies_unless_the_request_gives_one,
+    the_default_max_tools_is_openais_128_and_the_demo_fits,
+    include_prompt_section_answers_list_groups_prompt_section,
+);
 
 const FORMATS: [Format; 5] = [
     Format::OpenaiChat,
@@ -62,9 +73,8 @@ fn tool_names(r: &RouteResponse) -> Vec<String> {
     r.tools.iter().map(|t| t.name.clone()).collect()
 }
 
-#[tokio::test]
-async fn route_answers_every_format_with_the_native_tools_in_the_same_order() {
-    let mut app = spawn_app().await;
+async fn route_answers_every_format_with_the_native_tools_in_the_same_order(backend: Backend) {
+    let mut app = spawn_app_on(backend).await;
     activate_all(&mut app).await;
     for message in [
         "thanks",
@@ -101,9 +111,8 @@ fn meta_json(r: &RouteResponse, _format: Format) -> Vec<u8> {
     serde_json::to_vec(&array[..2]).unwrap()
 }
 
-#[tokio::test]
-async fn load_list_all_and_search_answer_every_format() {
-    let mut app = spawn_app().await;
+async fn load_list_all_and_search_answer_every_format(backend: Backend) {
+    let mut app = spawn_app_on(backend).await;
     activate_all(&mut app).await;
     let native_all = app.list_all_tools().await.unwrap();
     let all_names: Vec<String> = native_all.tools.iter().map(|t| t.name.clone()).collect();
@@ -161,9 +170,8 @@ async fn load_list_all_and_search_answer_every_format() {
     app.stop().await;
 }
 
-#[tokio::test]
-async fn an_unknown_format_is_an_invalid_argument_on_every_rpc() {
-    let mut app = spawn_app().await;
+async fn an_unknown_format_is_an_invalid_argument_on_every_rpc(backend: Backend) {
+    let mut app = spawn_app_on(backend).await;
     let route = RouteRequest {
         format: 99,
         ..route_request("hello", "")
@@ -205,9 +213,8 @@ fn dropped(r: &RouteResponse) -> Vec<(String, Reason)> {
     r.dropped.iter().map(|d| (d.domain.clone(), d.reason())).collect()
 }
 
-#[tokio::test]
-async fn over_max_tools_the_largest_fallback_domains_are_dropped_and_stay_loadable() {
-    let mut app = spawn_app().await;
+async fn over_max_tools_the_largest_fallback_domains_are_dropped_and_stay_loadable(backend: Backend) {
+    let mut app = spawn_app_on(backend).await;
     activate_all(&mut app).await;
     let full = app
         .route_with(RouteRequest {
@@ -273,9 +280,8 @@ async fn over_max_tools_the_largest_fallback_domains_are_dropped_and_stay_loadab
     app.stop().await;
 }
 
-#[tokio::test]
-async fn core_keyword_and_meta_tools_are_sent_even_over_the_budget() {
-    let mut app = spawn_app().await;
+async fn core_keyword_and_meta_tools_are_sent_even_over_the_budget(backend: Backend) {
+    let mut app = spawn_app_on(backend).await;
     activate_all(&mut app).await;
     let r = app
         .route_with(RouteRequest {
@@ -298,9 +304,8 @@ async fn core_keyword_and_meta_tools_are_sent_even_over_the_budget() {
     app.stop().await;
 }
 
-#[tokio::test]
-async fn the_server_default_budget_applies_unless_the_request_gives_one() {
-    let mut app = TestApp::builder()
+async fn the_server_default_budget_applies_unless_the_request_gives_one(backend: Backend) {
+    let mut app = TestApp::builder_on(backend)
         .config(|c| {
             c.max_tools = 30;
             c.token_budget = Some(100_000);
@@ -332,9 +337,8 @@ async fn the_server_default_budget_applies_unless_the_request_gives_one() {
     app.stop().await;
 }
 
-#[tokio::test]
-async fn the_default_max_tools_is_openais_128_and_the_demo_fits() {
-    let mut app = spawn_app().await;
+async fn the_default_max_tools_is_openais_128_and_the_demo_fits(backend: Backend) {
+    let mut app = spawn_app_on(backend).await;
     activate_all(&mut app).await;
     let r = app.route("thanks", "").await;
     assert!(r.dropped.is_empty(), "113 tools fit under 128");
@@ -342,9 +346,8 @@ async fn the_default_max_tools_is_openais_128_and_the_demo_fits() {
     app.stop().await;
 }
 
-#[tokio::test]
-async fn include_prompt_section_answers_list_groups_prompt_section() {
-    let mut app = spawn_app().await;
+async fn include_prompt_section_answers_list_groups_prompt_section(backend: Backend) {
+    let mut app = spawn_app_on(backend).await;
     app.set("qbittorrent_url", "http://nas:8080").await;
     let plain = app.route("hello", "").await;
     assert!(plain.prompt_section.is_empty());

@@ -2,9 +2,11 @@
 //! (state, store, config, registry, server, client).
 //!
 //! - [`TestApp`]: the real server in this process on `127.0.0.1:0`, over a database in a temp
-//!   folder it owns, with a generated tonic client, a second database connection playing the
-//!   settings UI, and one method per RPC the tests call. [`spawn_app`] for the defaults,
-//!   [`TestApp::builder`] for a changed config, other manifests or TLS.
+//!   folder it owns (or a fresh PostgreSQL database: [`Backend`]), with a generated tonic
+//!   client, a second database connection playing the settings UI, and one method per RPC the
+//!   tests call. [`spawn_app`] for the defaults, [`TestApp::builder`] for a changed config,
+//!   other manifests or TLS; [`spawn_app_on`] and [`TestApp::builder_on`] for either backend.
+//! - [`on_both_backends!`]: a test body run once on SQLite and once on PostgreSQL.
 //! - [`Daemon`] and [`run`]: the `toolrouter` binary as a serving process or as one command.
 //! - Files and the database as another program sees them: [`set_settings`], [`WriteLock`],
 //!   [`stored_members`]; metrics and logs as an operator reads them: [`scrape`], [`sample`],
@@ -86,7 +88,12 @@ pub fn manifest_dir(dir: &Path, name: &str, files: &[(&str, &str)]) -> PathBuf {
 /// Writes settings into the database in `dir` (creating it when missing) from another
 /// connection, as a settings UI would, and closes that connection.
 pub async fn set_settings(dir: &Path, settings: &[(&str, &str)]) {
-    let db = Db::connect(&db_url(dir)).await.unwrap();
+    set_settings_at(&db_url(dir), settings).await;
+}
+
+/// [`set_settings`] in the database at `url`.
+pub async fn set_settings_at(url: &str, settings: &[(&str, &str)]) {
+    let db = Db::connect(url).await.unwrap();
     for (k, v) in settings {
         db.set_setting(k, v).await.unwrap();
     }
@@ -109,20 +116,120 @@ pub async fn loaded(dir: &Path, conversation: &str, domain: &str) -> bool {
 }
 
 /// Holds the database's write lock from another connection, as a busy settings UI would,
-/// until released.
-pub struct WriteLock(sqlx::SqliteConnection);
+/// until released: SQLite's one write lock, or on PostgreSQL a lock on every table that
+/// lets reads through and stops writes.
+pub enum WriteLock {
+    Sqlite(sqlx::SqliteConnection),
+    Postgres(sqlx::PgConnection),
+}
 
 impl WriteLock {
+    /// Takes the write lock of the SQLite database in `dir`.
     pub async fn take(dir: &Path) -> WriteLock {
-        use sqlx::Connection as _;
-        let mut c = sqlx::SqliteConnection::connect(&db_url(dir)).await.unwrap();
-        sqlx::query("BEGIN IMMEDIATE").execute(&mut c).await.unwrap();
-        WriteLock(c)
+        WriteLock::take_url(&db_url(dir)).await
     }
 
-    pub async fn release(mut self) {
-        sqlx::query("COMMIT").execute(&mut self.0).await.unwrap();
+    /// Takes the write lock of the app's database, whichever the backend.
+    pub async fn on(app: &TestApp) -> WriteLock {
+        WriteLock::take_url(&app.config.database).await
     }
+
+    async fn take_url(url: &str) -> WriteLock {
+        use sqlx::Connection as _;
+        if toolrouter::db::is_postgres(url) {
+            let mut c = sqlx::PgConnection::connect(url).await.unwrap();
+            sqlx::raw_sql(
+                "BEGIN; LOCK TABLE settings, conversations, conversation_domains IN EXCLUSIVE MODE",
+            )
+            .execute(&mut c)
+            .await
+            .unwrap();
+            return WriteLock::Postgres(c);
+        }
+        let mut c = sqlx::SqliteConnection::connect(url).await.unwrap();
+        sqlx::query("BEGIN IMMEDIATE").execute(&mut c).await.unwrap();
+        WriteLock::Sqlite(c)
+    }
+
+    pub async fn release(self) {
+        match self {
+            WriteLock::Sqlite(mut c) => sqlx::query("COMMIT").execute(&mut c).await.map(drop),
+            WriteLock::Postgres(mut c) => sqlx::query("COMMIT").execute(&mut c).await.map(drop),
+        }
+        .unwrap();
+    }
+}
+
+/// Which database a test server uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// A SQLite file in the app's temp folder (the default).
+    Sqlite,
+    /// A fresh database of its own on the test server `TOOLROUTER_TEST_POSTGRES_URL` names.
+    Postgres,
+}
+
+impl Backend {
+    /// The PostgreSQL test server's URL. Without one, the PostgreSQL tests skip, and the
+    /// first to skip prints one line (for the whole run) saying how to run them; under CI
+    /// (`CI=true`) a missing server fails the test instead.
+    pub fn postgres_url() -> Option<String> {
+        static SKIP_NOTE: std::sync::Once = std::sync::Once::new();
+        let url = toolrouter::db::testing::postgres_url();
+        if url.is_none() {
+            SKIP_NOTE.call_once(|| {
+                use std::io::Write as _;
+                // Straight to stderr: the test harness captures print macros only.
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "note: the PostgreSQL tests pass without running: set {} (`.ci/postgres.sh cargo test` starts a server and sets it) to run them",
+                    toolrouter::db::testing::POSTGRES_URL_VAR
+                );
+            });
+        }
+        url
+    }
+}
+
+/// Declares test bodies (`async fn name(backend: Backend)`) once per backend, as
+/// `sqlite::name` and `postgres::name`; the PostgreSQL one passes without running when no
+/// test server is named (see [`Backend::postgres_url`]).
+#[macro_export]
+macro_rules! on_both_backends {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(#[tokio::test]
+            async fn $name() {
+                super::$name($crate::helpers::Backend::Sqlite).await;
+            })*
+        }
+        mod postgres {
+            $(#[tokio::test]
+            async fn $name() {
+                if $crate::helpers::Backend::postgres_url().is_some() {
+                    super::$name($crate::helpers::Backend::Postgres).await;
+                }
+            })*
+        }
+    };
+}
+
+/// A database for a test of daemon processes, by URL: the SQLite file in `dir`, or a fresh
+/// PostgreSQL database.
+pub async fn database_on(backend: Backend, dir: &Path) -> String {
+    match backend {
+        Backend::Sqlite => db_url(dir),
+        Backend::Postgres => fresh_postgres_database().await,
+    }
+}
+
+/// A fresh PostgreSQL database on the test server, by URL.
+///
+/// # Panics
+/// Without a test server: callers check [`Backend::postgres_url`] first.
+pub async fn fresh_postgres_database() -> String {
+    let admin = Backend::postgres_url().expect("a PostgreSQL test server");
+    toolrouter::db::testing::fresh_postgres_database(&admin).await
 }
 
 /// The built-in demo registry, which servers start with unless told otherwise.
@@ -279,13 +386,27 @@ pub async fn spawn_app() -> TestApp {
     TestApp::builder().spawn().await
 }
 
+/// [`spawn_app`] on `backend`.
+pub async fn spawn_app_on(backend: Backend) -> TestApp {
+    TestApp::builder_on(backend).spawn().await
+}
+
 impl TestApp {
     /// A database file in a fresh temp folder, the demo registry, and a settings TTL long
     /// enough that only an invalidation refreshes settings within a test.
     pub fn builder() -> TestAppBuilder {
+        TestApp::builder_on(Backend::Sqlite)
+    }
+
+    /// [`TestApp::builder`] on `backend`: on PostgreSQL, a fresh database of its own (made
+    /// when it starts; restarts keep it).
+    pub fn builder_on(backend: Backend) -> TestAppBuilder {
         let dir = temp_dir();
         let config = Config {
-            database: db_url(dir.path()),
+            database: match backend {
+                Backend::Sqlite => db_url(dir.path()),
+                Backend::Postgres => String::new(),
+            },
             settings_ttl: Duration::from_secs(3600),
             ..Config::default()
         };
@@ -297,7 +418,7 @@ impl TestApp {
         }
     }
 
-    /// The app's temp folder, which holds its database.
+    /// The app's temp folder, which holds its database (a SQLite file).
     pub fn dir(&self) -> &Path {
         self.dir.path()
     }
@@ -539,10 +660,13 @@ impl TestAppBuilder {
         init_tracing();
         let TestAppBuilder {
             dir,
-            config,
+            mut config,
             manifests,
             tls_ca,
         } = self;
+        if config.database.is_empty() {
+            config.database = fresh_postgres_database().await;
+        }
         // Bind before spawning, so the client can connect at once.
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -654,12 +778,17 @@ impl Daemon {
     /// Starts the binary on a free loopback port over the database in `dir` and waits until
     /// it logs that it is serving.
     pub fn start(dir: &Path, extra: &[&str]) -> Daemon {
-        Daemon::start_with(dir, extra, |_| {})
+        Daemon::start_with(&db_url(dir), extra, |_| {})
+    }
+
+    /// [`Daemon::start`] over the database at `url`.
+    pub fn start_on(url: &str, extra: &[&str]) -> Daemon {
+        Daemon::start_with(url, extra, |_| {})
     }
 
     /// Starts the binary with open-files limits `(soft, hard)`.
     pub fn start_with_files(dir: &Path, extra: &[&str], (soft, hard): (u64, u64)) -> Daemon {
-        Daemon::start_with(dir, extra, |c| {
+        Daemon::start_with(&db_url(dir), extra, |c| {
             use std::os::unix::process::CommandExt as _;
             let limit = libc::rlimit {
                 rlim_cur: soft as libc::rlim_t,
@@ -679,7 +808,7 @@ impl Daemon {
         })
     }
 
-    fn start_with(dir: &Path, extra: &[&str], configure: impl FnOnce(&mut Command)) -> Daemon {
+    fn start_with(database: &str, extra: &[&str], configure: impl FnOnce(&mut Command)) -> Daemon {
         let mut command = Command::new(BIN);
         configure(&mut command);
         let mut child = command
@@ -691,7 +820,7 @@ impl Daemon {
                 "json",
                 "--database",
             ])
-            .arg(db_url(dir))
+            .arg(database)
             .args(extra)
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())

@@ -1,11 +1,15 @@
 //! ListGroups and ListAllTools: every domain and tool of the registry whatever the settings,
 //! which groups are active, and the prompt section.
 
-use crate::helpers::{demo_registry, spawn_app};
+use crate::helpers::{Backend, demo_registry, spawn_app_on};
 
-#[tokio::test]
-async fn list_groups_gives_every_domain_by_name_and_the_prompt_section() {
-    let mut app = spawn_app().await;
+crate::on_both_backends!(
+    list_groups_gives_every_domain_by_name_and_the_prompt_section,
+    list_all_tools_gives_every_tool_whatever_the_settings_core_first,
+);
+
+async fn list_groups_gives_every_domain_by_name_and_the_prompt_section(backend: Backend) {
+    let mut app = spawn_app_on(backend).await;
     let empty = app.list_groups().await.unwrap();
     assert_eq!(empty.prompt_section, "", "no active non-core group yet");
 
@@ -41,9 +45,8 @@ async fn list_groups_gives_every_domain_by_name_and_the_prompt_section() {
     app.stop().await;
 }
 
-#[tokio::test]
-async fn list_all_tools_gives_every_tool_whatever_the_settings_core_first() {
-    let mut app = spawn_app().await;
+async fn list_all_tools_gives_every_tool_whatever_the_settings_core_first(backend: Backend) {
+    let mut app = spawn_app_on(backend).await;
     let r = app.list_all_tools().await.unwrap();
     let registry = demo_registry();
     assert_eq!(r.tools.len(), registry.tool_count());

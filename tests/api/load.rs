@@ -3,11 +3,21 @@
 
 use tonic::Code;
 
-use crate::helpers::{TestApp, decisions, spawn_app};
+use crate::helpers::{Backend, TestApp, decisions, spawn_app_on};
 
-#[tokio::test]
-async fn missing_parameters_are_invalid_with_the_exact_text_conversation_first() {
-    let mut app = spawn_app().await;
+crate::on_both_backends!(
+    missing_parameters_are_invalid_with_the_exact_text_conversation_first,
+    an_unknown_group_is_not_found_and_lists_the_available_groups,
+    an_inactive_group_is_a_failed_precondition_naming_its_keys,
+    a_group_without_tools_is_a_failed_precondition,
+    a_load_answers_the_tools_and_text_and_is_idempotent,
+    loading_a_core_domain_succeeds_as_already_loaded,
+    a_loaded_group_comes_with_every_turn_of_its_conversation_only,
+    a_20_kb_group_name_is_invalid_and_no_error_echoes_more_than_128_characters,
+);
+
+async fn missing_parameters_are_invalid_with_the_exact_text_conversation_first(backend: Backend) {
+    let mut app = spawn_app_on(backend).await;
     let cases = [
         ("", "", "Required parameter 'conversation_id' is missing."),
         ("  ", "sonarr", "Required parameter 'conversation_id' is missing."),
@@ -22,9 +32,8 @@ async fn missing_parameters_are_invalid_with_the_exact_text_conversation_first()
     app.stop().await;
 }
 
-#[tokio::test]
-async fn an_unknown_group_is_not_found_and_lists_the_available_groups() {
-    let mut app = spawn_app().await;
+async fn an_unknown_group_is_not_found_and_lists_the_available_groups(backend: Backend) {
+    let mut app = spawn_app_on(backend).await;
     app.set("sonarr_url", "x").await;
     app.set("docker_host", "unix:///var/run/docker.sock").await;
     let err = app.load("c1", "nope").await.unwrap_err();
@@ -38,9 +47,8 @@ async fn an_unknown_group_is_not_found_and_lists_the_available_groups() {
     app.stop().await;
 }
 
-#[tokio::test]
-async fn an_inactive_group_is_a_failed_precondition_naming_its_keys() {
-    let mut app = spawn_app().await;
+async fn an_inactive_group_is_a_failed_precondition_naming_its_keys(backend: Backend) {
+    let mut app = spawn_app_on(backend).await;
     let err = app.load("c1", "sonarr").await.unwrap_err();
     assert_eq!(err.code(), Code::FailedPrecondition);
     assert_eq!(
@@ -50,9 +58,8 @@ async fn an_inactive_group_is_a_failed_precondition_naming_its_keys() {
     app.stop().await;
 }
 
-#[tokio::test]
-async fn a_group_without_tools_is_a_failed_precondition() {
-    let mut app = TestApp::builder()
+async fn a_group_without_tools_is_a_failed_precondition(backend: Backend) {
+    let mut app = TestApp::builder_on(backend)
         .sources(&[
             (
                 "base.json",
@@ -68,9 +75,8 @@ async fn a_group_without_tools_is_a_failed_precondition() {
     app.stop().await;
 }
 
-#[tokio::test]
-async fn a_load_answers_the_tools_and_text_and_is_idempotent() {
-    let mut app = spawn_app().await;
+async fn a_load_answers_the_tools_and_text_and_is_idempotent(backend: Backend) {
+    let mut app = spawn_app_on(backend).await;
     app.set("qbittorrent_url", "x").await;
     let first = app.load("c1", "qbittorrent").await.unwrap();
     assert!(!first.already_loaded);
@@ -98,18 +104,16 @@ async fn a_load_answers_the_tools_and_text_and_is_idempotent() {
     app.stop().await;
 }
 
-#[tokio::test]
-async fn loading_a_core_domain_succeeds_as_already_loaded() {
-    let mut app = spawn_app().await;
+async fn loading_a_core_domain_succeeds_as_already_loaded(backend: Backend) {
+    let mut app = spawn_app_on(backend).await;
     let r = app.load("c1", "system").await.unwrap();
     assert!(r.already_loaded);
     assert!(r.text.starts_with("Loaded "));
     app.stop().await;
 }
 
-#[tokio::test]
-async fn a_loaded_group_comes_with_every_turn_of_its_conversation_only() {
-    let mut app = spawn_app().await;
+async fn a_loaded_group_comes_with_every_turn_of_its_conversation_only(backend: Backend) {
+    let mut app = spawn_app_on(backend).await;
     app.set("sonarr_url", "x").await;
     app.set("radarr_url", "x").await;
     app.load("c1", "sonarr").await.unwrap();
@@ -123,9 +127,8 @@ async fn a_loaded_group_comes_with_every_turn_of_its_conversation_only() {
     app.stop().await;
 }
 
-#[tokio::test]
-async fn a_20_kb_group_name_is_invalid_and_no_error_echoes_more_than_128_characters() {
-    let mut app = spawn_app().await;
+async fn a_20_kb_group_name_is_invalid_and_no_error_echoes_more_than_128_characters(backend: Backend) {
+    let mut app = spawn_app_on(backend).await;
     app.set("sonarr_url", "x").await;
     let cut = |s: &str| format!("{}…", s.chars().take(128).collect::<String>());
     let unknown = "g".repeat(200);

@@ -5,7 +5,8 @@
 use std::time::{Duration, Instant};
 
 use crate::helpers::{
-    TestApp, demo_registry, json_of, manifest_dir, run, shown, spawn_app, sqlite_url, temp_dir,
+    Backend, Daemon, TestApp, demo_registry, fresh_postgres_database, json_of, manifest_dir, run, shown,
+    spawn_app, sqlite_url, temp_dir,
 };
 
 #[tokio::test]
@@ -415,4 +416,77 @@ async fn check_json_lists_errors_and_warnings_with_positions() {
         "{}",
         shown(&out)
     );
+}
+
+/// `url` (the test server's, trust authentication, which ignores passwords) with a password
+/// before the host and another as a query parameter.
+fn with_credentials(url: &str) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap();
+    let (user, rest) = rest.split_once('@').unwrap();
+    let sep = if rest.contains('?') { '&' } else { '?' };
+    format!("{scheme}://{user}:s3cret-user@{rest}{sep}password=s3cret-query")
+}
+
+#[tokio::test]
+async fn on_postgres_credentials_show_nowhere_and_settings_asks_for_them() {
+    if Backend::postgres_url().is_none() {
+        return;
+    }
+    let dir = temp_dir();
+    let database = with_credentials(&fresh_postgres_database().await);
+    let out = run(dir.path(), &["serve", "--print-config", "--database", &database]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", shown(&out));
+    assert!(!shown(&out).contains("s3cret"), "{}", shown(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("# database credentials are set"),
+        "{}",
+        shown(&out)
+    );
+
+    let daemon = Daemon::start_on(&database, &[]);
+    let addr = daemon.addr.to_string();
+    let out = run(dir.path(), &["describe", "--json", "--addr", &addr]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", shown(&out));
+    let v = json_of(&out);
+    assert!(!v.to_string().contains("s3cret"), "{v}");
+    assert!(
+        v["database"]
+            .as_str()
+            .unwrap()
+            .starts_with("postgres://127.0.0.1:"),
+        "{v}"
+    );
+    assert_eq!(v["databasePath"], serde_json::Value::Null, "{v}");
+
+    // Without --database, `settings` cannot write: the daemon does not hand out credentials.
+    let set = ["settings", "--addr", &addr, "set", "sonarr_url", "x"];
+    let out = run(dir.path(), &set).await;
+    assert_eq!(out.status.code(), Some(2), "{}", shown(&out));
+    assert!(shown(&out).contains("its credentials"), "{}", shown(&out));
+    assert!(!dir.path().join("toolrouter.db").exists(), "no stray database");
+    // With them it writes, and the daemon re-reads.
+    let with = [
+        "settings",
+        "--addr",
+        &addr,
+        "--database",
+        &database,
+        "set",
+        "sonarr_url",
+        "x",
+    ];
+    let out = run(dir.path(), &with).await;
+    assert_eq!(out.status.code(), Some(0), "{}", shown(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("active domains: sonarr, system"),
+        "{}",
+        shown(&out)
+    );
+    // Another database is refused, as another file would be.
+    let other = fresh_postgres_database().await;
+    let elsewhere = ["settings", "--addr", &addr, "--database", &other, "set", "k", "v"];
+    let out = run(dir.path(), &elsewhere).await;
+    assert_eq!(out.status.code(), Some(2), "{}", shown(&out));
+    assert!(shown(&out).contains("--force"), "{}", shown(&out));
+    assert!(!daemon.log().contains("s3cret"), "{}", daemon.log());
 }

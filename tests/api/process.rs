@@ -10,16 +10,18 @@ use tonic_health::pb::health_check_response::ServingStatus;
 use toolrouter::proto::{InvalidateSettingsRequest, ListGroupsRequest, Reason};
 
 use crate::helpers::{
-    Daemon, WriteLock, call_lines, conversation_hash, db_url, demo_registry, free_addr, health, json_lines,
-    load_request, loaded, manifest_dir, reasons, route_request, run, sample, scrape, set_settings, shown,
-    temp_dir,
+    Backend, Daemon, WriteLock, call_lines, conversation_hash, database_on, db_url, demo_registry, free_addr,
+    health, json_lines, load_request, loaded, manifest_dir, reasons, route_request, run, sample, scrape,
+    set_settings, set_settings_at, shown, temp_dir,
 };
 
-#[tokio::test]
-async fn a_load_acknowledged_before_sigkill_is_there_after_a_restart() {
+crate::on_both_backends!(a_load_acknowledged_before_sigkill_is_there_after_a_restart);
+
+async fn a_load_acknowledged_before_sigkill_is_there_after_a_restart(backend: Backend) {
     let dir = temp_dir();
-    set_settings(dir.path(), &[("sonarr_url", "x")]).await;
-    let mut daemon = Daemon::start(dir.path(), &[]);
+    let database = database_on(backend, dir.path()).await;
+    set_settings_at(&database, &[("sonarr_url", "x")]).await;
+    let mut daemon = Daemon::start_on(&database, &[]);
     let mut client = daemon.client().await;
     client
         .load_tool_group(load_request("c1", "sonarr"))
@@ -29,7 +31,7 @@ async fn a_load_acknowledged_before_sigkill_is_there_after_a_restart() {
     let status = daemon.exit(Duration::from_secs(10)).await.expect("killed");
     assert!(!status.success());
 
-    let daemon = Daemon::start(dir.path(), &[]);
+    let daemon = Daemon::start_on(&database, &[]);
     let r = daemon
         .client()
         .await

@@ -5,7 +5,14 @@ use std::collections::{BTreeSet, HashMap};
 
 use tonic::Code;
 
-use crate::helpers::{TestApp, decisions, route_request, routed};
+use crate::helpers::{Backend, TestApp, decisions, route_request, routed};
+
+crate::on_both_backends!(
+    a_reload_serves_the_new_manifests,
+    invalid_manifests_keep_the_old_registry_and_list_every_problem,
+    a_conversation_simply_stops_getting_a_group_that_is_gone,
+    calls_in_flight_during_reloads_see_one_registry_or_the_other_never_a_mix,
+);
 
 /// A manifest for a domain without settings keys (so always active) with one tool.
 fn manifest(name: &str, keyword: &str) -> String {
@@ -18,16 +25,15 @@ const CORE: &str =
     r#"{"name":"base","core":true,"tools":[{"name":"base_tool","description":"Always there"}]}"#;
 
 /// A server on a manifest folder holding `files`, and that folder.
-async fn start(files: &[(&str, &str)]) -> (TestApp, std::path::PathBuf) {
-    let app = TestApp::builder().manifests(files).spawn().await;
+async fn start(backend: Backend, files: &[(&str, &str)]) -> (TestApp, std::path::PathBuf) {
+    let app = TestApp::builder_on(backend).manifests(files).spawn().await;
     let folder = app.manifests();
     (app, folder)
 }
 
-#[tokio::test]
-async fn a_reload_serves_the_new_manifests() {
+async fn a_reload_serves_the_new_manifests(backend: Backend) {
     let a = manifest("alpha", "apple");
-    let (mut app, folder) = start(&[("base.json", CORE), ("alpha.json", &a)]).await;
+    let (mut app, folder) = start(backend, &[("base.json", CORE), ("alpha.json", &a)]).await;
     let before = app.route("apple", "").await.registry_version;
     std::fs::write(folder.join("beta.json"), manifest("beta", "banana")).unwrap();
 
@@ -41,10 +47,9 @@ async fn a_reload_serves_the_new_manifests() {
     app.stop().await;
 }
 
-#[tokio::test]
-async fn invalid_manifests_keep_the_old_registry_and_list_every_problem() {
+async fn invalid_manifests_keep_the_old_registry_and_list_every_problem(backend: Backend) {
     let a = manifest("alpha", "apple");
-    let (mut app, folder) = start(&[("base.json", CORE), ("alpha.json", &a)]).await;
+    let (mut app, folder) = start(backend, &[("base.json", CORE), ("alpha.json", &a)]).await;
     let before = app.route("apple", "").await.registry_version;
     std::fs::write(
         folder.join("broken.json"),
@@ -85,10 +90,13 @@ async fn invalid_manifests_keep_the_old_registry_and_list_every_problem() {
     app.stop().await;
 }
 
-#[tokio::test]
-async fn a_conversation_simply_stops_getting_a_group_that_is_gone() {
+async fn a_conversation_simply_stops_getting_a_group_that_is_gone(backend: Backend) {
     let (a, b) = (manifest("alpha", "apple"), manifest("beta", "banana"));
-    let (mut app, folder) = start(&[("base.json", CORE), ("alpha.json", &a), ("beta.json", &b)]).await;
+    let (mut app, folder) = start(
+        backend,
+        &[("base.json", CORE), ("alpha.json", &a), ("beta.json", &b)],
+    )
+    .await;
     app.load("c1", "beta").await.unwrap();
     app.route("apple", "c1").await;
     std::fs::remove_file(folder.join("beta.json")).unwrap();
@@ -112,10 +120,9 @@ async fn a_conversation_simply_stops_getting_a_group_that_is_gone() {
     app.stop().await;
 }
 
-#[tokio::test]
-async fn calls_in_flight_during_reloads_see_one_registry_or_the_other_never_a_mix() {
+async fn calls_in_flight_during_reloads_see_one_registry_or_the_other_never_a_mix(backend: Backend) {
     let (a, b) = (manifest("alpha", "apple"), manifest("beta", "banana"));
-    let (mut app, folder) = start(&[("base.json", CORE), ("alpha.json", &a)]).await;
+    let (mut app, folder) = start(backend, &[("base.json", CORE), ("alpha.json", &a)]).await;
     // Registry one: base + alpha; registry two: base + beta. Fallback lists every domain.
     let one = app.route("hello", "").await.registry_version;
     let expected_one: BTreeSet<String> = ["base_tool", "alpha_tool"].map(String::from).into();

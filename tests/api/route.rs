@@ -3,15 +3,26 @@
 
 use tonic::Code;
 
-use crate::helpers::{FallbackPolicy, MatchMode, TestApp, decisions, spawn_app};
+use crate::helpers::{Backend, FallbackPolicy, MatchMode, TestApp, decisions, spawn_app_on};
+
+crate::on_both_backends!(
+    a_keyword_hit_on_an_activated_domain_routes_core_plus_that_domain,
+    without_a_hit_every_active_fallback_domain_comes_in,
+    the_core_only_fallback_policy_sends_only_core_tools,
+    the_meta_tool_can_be_turned_off,
+    substring_mode_hits_inside_words,
+    a_message_over_the_limit_is_invalid_and_exactly_the_limit_is_accepted,
+    a_request_far_over_the_field_limit_but_under_the_transport_limit_names_the_field_limit,
+    a_bad_conversation_id_is_invalid_and_says_which_limit,
+    cjk_and_emoji_messages_route_without_false_hits,
+);
 
 fn kw(list: &[&str]) -> Vec<String> {
     list.iter().map(|s| s.to_string()).collect()
 }
 
-#[tokio::test]
-async fn a_keyword_hit_on_an_activated_domain_routes_core_plus_that_domain() {
-    let mut app = spawn_app().await;
+async fn a_keyword_hit_on_an_activated_domain_routes_core_plus_that_domain(backend: Backend) {
+    let mut app = spawn_app_on(backend).await;
 
     let before = app.route("are my torrents seeding?", "").await;
     assert!(before.fallback, "qbittorrent is inactive, so nothing hits");
@@ -47,9 +58,8 @@ async fn a_keyword_hit_on_an_activated_domain_routes_core_plus_that_domain() {
     app.stop().await;
 }
 
-#[tokio::test]
-async fn without_a_hit_every_active_fallback_domain_comes_in() {
-    let mut app = spawn_app().await;
+async fn without_a_hit_every_active_fallback_domain_comes_in(backend: Backend) {
+    let mut app = spawn_app_on(backend).await;
     app.set("sonarr_url", "http://nas:8989").await;
     app.set("proxmox_url", "https://pve:8006").await; // fallback = false in the demo
     app.set("radarr_url", "").await; // blank counts as unset
@@ -65,9 +75,8 @@ async fn without_a_hit_every_active_fallback_domain_comes_in() {
     app.stop().await;
 }
 
-#[tokio::test]
-async fn the_core_only_fallback_policy_sends_only_core_tools() {
-    let mut app = TestApp::builder()
+async fn the_core_only_fallback_policy_sends_only_core_tools(backend: Backend) {
+    let mut app = TestApp::builder_on(backend)
         .config(|c| c.fallback = FallbackPolicy::CoreOnly)
         .spawn()
         .await;
@@ -78,9 +87,8 @@ async fn the_core_only_fallback_policy_sends_only_core_tools() {
     app.stop().await;
 }
 
-#[tokio::test]
-async fn the_meta_tool_can_be_turned_off() {
-    let mut app = TestApp::builder()
+async fn the_meta_tool_can_be_turned_off(backend: Backend) {
+    let mut app = TestApp::builder_on(backend)
         .config(|c| c.expose_load_tool_group = false)
         .spawn()
         .await;
@@ -90,9 +98,8 @@ async fn the_meta_tool_can_be_turned_off() {
     app.stop().await;
 }
 
-#[tokio::test]
-async fn substring_mode_hits_inside_words() {
-    let mut app = TestApp::builder()
+async fn substring_mode_hits_inside_words(backend: Backend) {
+    let mut app = TestApp::builder_on(backend)
         .config(|c| c.keyword_match = MatchMode::Substring)
         .spawn()
         .await;
@@ -105,9 +112,8 @@ async fn substring_mode_hits_inside_words() {
     app.stop().await;
 }
 
-#[tokio::test]
-async fn a_message_over_the_limit_is_invalid_and_exactly_the_limit_is_accepted() {
-    let mut app = TestApp::builder()
+async fn a_message_over_the_limit_is_invalid_and_exactly_the_limit_is_accepted(backend: Backend) {
+    let mut app = TestApp::builder_on(backend)
         .config(|c| c.max_message_bytes = 1000)
         .spawn()
         .await;
@@ -122,9 +128,10 @@ async fn a_message_over_the_limit_is_invalid_and_exactly_the_limit_is_accepted()
     app.stop().await;
 }
 
-#[tokio::test]
-async fn a_request_far_over_the_field_limit_but_under_the_transport_limit_names_the_field_limit() {
-    let mut app = TestApp::builder()
+async fn a_request_far_over_the_field_limit_but_under_the_transport_limit_names_the_field_limit(
+    backend: Backend,
+) {
+    let mut app = TestApp::builder_on(backend)
         .config(|c| c.max_message_bytes = 1000)
         .spawn()
         .await;
@@ -137,9 +144,8 @@ async fn a_request_far_over_the_field_limit_but_under_the_transport_limit_names_
     app.stop().await;
 }
 
-#[tokio::test]
-async fn a_bad_conversation_id_is_invalid_and_says_which_limit() {
-    let mut app = spawn_app().await;
+async fn a_bad_conversation_id_is_invalid_and_says_which_limit(backend: Backend) {
+    let mut app = spawn_app_on(backend).await;
     let cases = [
         (
             "x".repeat(257),
@@ -159,9 +165,8 @@ async fn a_bad_conversation_id_is_invalid_and_says_which_limit() {
     app.stop().await;
 }
 
-#[tokio::test]
-async fn cjk_and_emoji_messages_route_without_false_hits() {
-    let mut app = spawn_app().await;
+async fn cjk_and_emoji_messages_route_without_false_hits(backend: Backend) {
+    let mut app = spawn_app_on(backend).await;
     for key in ["qbittorrent_url", "home_assistant_url", "audiobookshelf_url"] {
         app.set(key, "x").await;
     }

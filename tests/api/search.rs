@@ -4,11 +4,22 @@
 use tonic::Code;
 use toolrouter::proto::SearchToolsRequest;
 
-use crate::helpers::{SearchMode, TestApp, decisions, search_request, spawn_app};
+use crate::helpers::{Backend, SearchMode, TestApp, decisions, search_request, spawn_app_on};
 
-#[tokio::test]
-async fn an_exact_tool_name_ranks_first() {
-    let mut app = spawn_app().await;
+crate::on_both_backends!(
+    an_exact_tool_name_ranks_first,
+    an_inactive_domain_is_listed_with_the_keys_to_set_and_never_loaded,
+    load_puts_the_top_groups_into_the_conversation_before_answering,
+    nothing_matched_says_so_and_lists_the_active_groups,
+    bad_search_requests_are_invalid_arguments_a_person_can_act_on,
+    route_finds_a_domain_by_search_explains_it_and_remembers_it,
+    search_off_routes_by_keywords_only,
+    a_dry_run_records_nothing,
+    the_search_tools_meta_tool_follows_load_tool_group_and_can_be_turned_off,
+);
+
+async fn an_exact_tool_name_ranks_first(backend: Backend) {
+    let mut app = spawn_app_on(backend).await;
     let r = app
         .search(search_request("  QBT_Get_Torrent_Details "))
         .await
@@ -25,9 +36,8 @@ async fn an_exact_tool_name_ranks_first() {
     app.stop().await;
 }
 
-#[tokio::test]
-async fn an_inactive_domain_is_listed_with_the_keys_to_set_and_never_loaded() {
-    let mut app = spawn_app().await;
+async fn an_inactive_domain_is_listed_with_the_keys_to_set_and_never_loaded(backend: Backend) {
+    let mut app = spawn_app_on(backend).await;
     let r = app
         .search(SearchToolsRequest {
             query: "pause the seeding torrents".into(),
@@ -61,9 +71,8 @@ async fn an_inactive_domain_is_listed_with_the_keys_to_set_and_never_loaded() {
     app.stop().await;
 }
 
-#[tokio::test]
-async fn load_puts_the_top_groups_into_the_conversation_before_answering() {
-    let mut app = spawn_app().await;
+async fn load_puts_the_top_groups_into_the_conversation_before_answering(backend: Backend) {
+    let mut app = spawn_app_on(backend).await;
     app.set("qbittorrent_url", "http://nas:8080").await;
     let r = app
         .search(SearchToolsRequest {
@@ -102,9 +111,8 @@ async fn load_puts_the_top_groups_into_the_conversation_before_answering() {
     again.stop().await;
 }
 
-#[tokio::test]
-async fn nothing_matched_says_so_and_lists_the_active_groups() {
-    let mut app = spawn_app().await;
+async fn nothing_matched_says_so_and_lists_the_active_groups(backend: Backend) {
+    let mut app = spawn_app_on(backend).await;
     app.set("pihole_url", "http://pi.hole").await;
     let r = app.search(search_request("xyzzy plugh")).await.unwrap();
     assert!(r.hits.is_empty());
@@ -112,9 +120,8 @@ async fn nothing_matched_says_so_and_lists_the_active_groups() {
     app.stop().await;
 }
 
-#[tokio::test]
-async fn bad_search_requests_are_invalid_arguments_a_person_can_act_on() {
-    let mut app = TestApp::builder()
+async fn bad_search_requests_are_invalid_arguments_a_person_can_act_on(backend: Backend) {
+    let mut app = TestApp::builder_on(backend)
         .config(|c| c.max_message_bytes = 100)
         .spawn()
         .await;
@@ -158,9 +165,8 @@ async fn bad_search_requests_are_invalid_arguments_a_person_can_act_on() {
     app.stop().await;
 }
 
-#[tokio::test]
-async fn route_finds_a_domain_by_search_explains_it_and_remembers_it() {
-    let mut app = spawn_app().await;
+async fn route_finds_a_domain_by_search_explains_it_and_remembers_it(backend: Backend) {
+    let mut app = spawn_app_on(backend).await;
     app.set("pihole_url", "http://pi.hole").await;
     app.set("jellyfin_url", "http://media").await;
     let r = app.route("why do I still see ads on my phone?", "c1").await;
@@ -181,9 +187,8 @@ async fn route_finds_a_domain_by_search_explains_it_and_remembers_it() {
     app.stop().await;
 }
 
-#[tokio::test]
-async fn search_off_routes_by_keywords_only() {
-    let mut app = TestApp::builder()
+async fn search_off_routes_by_keywords_only(backend: Backend) {
+    let mut app = TestApp::builder_on(backend)
         .config(|c| c.search = SearchMode::Off)
         .spawn()
         .await;
@@ -198,9 +203,8 @@ async fn search_off_routes_by_keywords_only() {
     app.stop().await;
 }
 
-#[tokio::test]
-async fn a_dry_run_records_nothing() {
-    let mut app = spawn_app().await;
+async fn a_dry_run_records_nothing(backend: Backend) {
+    let mut app = spawn_app_on(backend).await;
     app.set("qbittorrent_url", "http://nas:8080").await;
     let dry = app.dry_run("are my torrents seeding?", "d1").await;
     assert!(decisions(&dry).contains(&(
@@ -217,9 +221,8 @@ async fn a_dry_run_records_nothing() {
     app.stop().await;
 }
 
-#[tokio::test]
-async fn the_search_tools_meta_tool_follows_load_tool_group_and_can_be_turned_off() {
-    let mut app = spawn_app().await;
+async fn the_search_tools_meta_tool_follows_load_tool_group_and_can_be_turned_off(backend: Backend) {
+    let mut app = spawn_app_on(backend).await;
     app.set("pihole_url", "http://pi.hole").await;
     let r = app.route("hello", "").await;
     let names: Vec<&str> = r.tools.iter().take(2).map(|t| t.name.as_str()).collect();
