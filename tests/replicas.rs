@@ -1,0 +1,362 @@
+//! Three daemons (real processes) on one PostgreSQL database: a settings write by another
+//! program reaches all three within 500 ms without InvalidateSettings; a group loaded through
+//! one is routed as loaded by the others on their next call; a SIGKILLed replica loses
+//! nothing it acknowledged while the others keep answering; and a PostgreSQL restart under
+//! load is ridden out: Route answers from the last snapshot, writes are UNAVAILABLE while the
+//! server is down, and the replicas recover by themselves.
+//!
+//! Needs `TOOLROUTER_TEST_POSTGRES_URL`, and for the restart `TOOLROUTER_TEST_POSTGRES_CTL`
+//! (pg_ctl for that cluster): `.ci/postgres.sh cargo test` sets both. Its own test binary,
+//! so restarting the cluster cannot disturb the other test binaries' PostgreSQL tests (cargo
+//! runs test binaries one after another); within it, the restart waits for the other tests.
+
+// The API tests' harness; this binary uses only part of it.
+#[allow(dead_code, unused_imports)]
+#[path = "api/helpers.rs"]
+mod helpers;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use helpers::{Backend, Daemon, fresh_postgres_database, load_request, reasons, route_request};
+use tokio::sync::RwLock;
+use tonic::Code;
+use toolrouter::cli::connection::Client;
+use toolrouter::db::Db;
+use toolrouter::proto::{InvalidateSettingsRequest, ListGroupsRequest};
+
+/// Held shared by every test and exclusively by the one that restarts the cluster.
+static CLUSTER: RwLock<()> = RwLock::const_new(());
+
+/// The bound that ends a wait that would otherwise never end (not a measured limit).
+const PATIENCE: Duration = Duration::from_secs(30);
+
+/// Three replicas on `database`. The settings TTL is an hour: within a test only
+/// notifications (or an invalidation) can refresh settings.
+fn three(database: &str, extra: &[&str]) -> Vec<Daemon> {
+    let mut flags = vec!["--settings-ttl", "1h"];
+    flags.extend_from_slice(extra);
+    (0..3).map(|_| Daemon::start_on(database, &flags)).collect()
+}
+
+async fn clients(daemons: &[Daemon]) -> Vec<Client> {
+    let mut out = Vec::new();
+    for d in daemons {
+        out.push(d.client().await);
+    }
+    out
+}
+
+/// Whether the replica behind `client` sees `group` active.
+async fn active(client: &mut Client, group: &str) -> bool {
+    let groups = client
+        .list_groups(ListGroupsRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    groups.groups.iter().any(|g| g.name == group && g.active)
+}
+
+/// Waits until every replica sees `group` as `want`; returns when each first did, measured
+/// from `since`.
+async fn until_all_see(clients: &mut [Client], group: &str, want: bool, since: Instant) -> Vec<Duration> {
+    let mut seen: Vec<Option<Duration>> = vec![None; clients.len()];
+    while seen.iter().any(Option::is_none) {
+        assert!(
+            since.elapsed() < PATIENCE,
+            "{group} never became {want} everywhere: {seen:?}"
+        );
+        for (i, c) in clients.iter_mut().enumerate() {
+            if seen[i].is_none() && active(c, group).await == want {
+                seen[i] = Some(since.elapsed());
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    seen.into_iter().flatten().collect()
+}
+
+/// Prints a line into the test output (the harness captures print macros only).
+fn report(line: &str) {
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
+
+/// Whether `group` is in a Route answer as loaded.
+fn routed_loaded(r: &toolrouter::proto::RouteResponse, group: &str) -> bool {
+    reasons(r)
+        .iter()
+        .any(|(d, why)| d == group && *why == "REASON_LOADED")
+}
+
+#[tokio::test]
+async fn a_settings_write_by_another_program_reaches_all_three_within_500_ms() {
+    if Backend::postgres_url().is_none() {
+        return;
+    }
+    let _cluster = CLUSTER.read().await;
+    let database = fresh_postgres_database().await;
+    let daemons = three(&database, &[]);
+    let mut clients = clients(&daemons).await;
+    let ui = Db::connect(&database).await.unwrap();
+    // A first change, not measured: each replica's listening connection is up by the end.
+    ui.set_setting("sonarr_url", "x").await.unwrap();
+    until_all_see(&mut clients, "sonarr", true, Instant::now()).await;
+
+    const TRIALS: usize = 20;
+    let mut slowest = Vec::with_capacity(TRIALS);
+    for trial in 0..TRIALS {
+        // Alternately unset and set, so each trial is a change.
+        let want = trial % 2 == 1;
+        let value = if want { "http://nas:8989" } else { " " };
+        let written = Instant::now();
+        ui.set_setting("sonarr_url", value).await.unwrap();
+        let seen = until_all_see(&mut clients, "sonarr", want, written).await;
+        slowest.push(seen.into_iter().max().unwrap());
+    }
+    let mut sorted = slowest.clone();
+    sorted.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    report(&format!(
+        "settings write -> visible on all 3 replicas, {TRIALS} trials: p50 {:.1} ms, p90 {:.1} ms, max {:.1} ms",
+        ms(sorted[TRIALS / 2 - 1]),
+        ms(sorted[TRIALS * 9 / 10 - 1]),
+        ms(sorted[TRIALS - 1])
+    ));
+    for (trial, took) in slowest.iter().enumerate() {
+        assert!(
+            *took <= Duration::from_millis(500),
+            "trial {trial}: {took:?} until all three saw the change"
+        );
+    }
+    ui.close().await;
+}
+
+#[tokio::test]
+async fn a_group_loaded_through_one_replica_is_loaded_on_the_others_next_call() {
+    if Backend::postgres_url().is_none() {
+        return;
+    }
+    let _cluster = CLUSTER.read().await;
+    let database = fresh_postgres_database().await;
+    let daemons = three(&database, &[]);
+    let mut clients = clients(&daemons).await;
+    let ui = Db::connect(&database).await.unwrap();
+    // A settings UI that writes without the trigger seeing it would still reach every
+    // replica through one InvalidateSettings; here the write and the call both tell them.
+    ui.set_setting("sonarr_url", "x").await.unwrap();
+    clients[0]
+        .invalidate_settings(InvalidateSettingsRequest {})
+        .await
+        .unwrap();
+    until_all_see(&mut clients, "sonarr", true, Instant::now()).await;
+    // B and C know the conversation (cached, nothing loaded) before A loads into it.
+    for c in &mut clients[1..] {
+        let r = c.route(route_request("thanks", "c1")).await.unwrap().into_inner();
+        assert!(!routed_loaded(&r, "sonarr"));
+    }
+    let loaded = clients[0]
+        .load_tool_group(load_request("c1", "sonarr"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!loaded.already_loaded);
+    for (i, c) in clients.iter_mut().enumerate().skip(1) {
+        let r = c.route(route_request("thanks", "c1")).await.unwrap().into_inner();
+        assert!(routed_loaded(&r, "sonarr"), "replica {i}: {:?}", reasons(&r));
+        let again = c.load_tool_group(load_request("c1", "sonarr")).await.unwrap();
+        assert!(again.into_inner().already_loaded, "replica {i}");
+    }
+    // A reset on C is seen by A.
+    clients[2]
+        .reset_conversation(toolrouter::proto::ResetConversationRequest {
+            conversation_id: "c1".into(),
+        })
+        .await
+        .unwrap();
+    let r = clients[0]
+        .route(route_request("thanks", "c1"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!routed_loaded(&r, "sonarr"), "{:?}", reasons(&r));
+    ui.close().await;
+}
+
+#[tokio::test]
+async fn after_sigkill_of_one_replica_the_others_answer_and_nothing_acknowledged_is_lost() {
+    if Backend::postgres_url().is_none() {
+        return;
+    }
+    let _cluster = CLUSTER.read().await;
+    let database = fresh_postgres_database().await;
+    let ui = Db::connect(&database).await.unwrap();
+    for key in ["sonarr_url", "radarr_url", "qbittorrent_url"] {
+        ui.set_setting(key, "x").await.unwrap();
+    }
+    let mut daemons = three(&database, &[]);
+    let mut clients = clients(&daemons).await;
+    // Loads through A, as fast as it answers, until it is killed.
+    let mut a = clients[0].clone();
+    let loader = tokio::spawn(async move {
+        let mut acknowledged = Vec::new();
+        for n in 0.. {
+            let conversation = format!("k{n}");
+            let group = ["sonarr", "radarr", "qbittorrent"][n % 3];
+            match a.load_tool_group(load_request(&conversation, group)).await {
+                Ok(_) => acknowledged.push((conversation, group)),
+                Err(_) => break,
+            }
+        }
+        acknowledged
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    daemons[0].signal("KILL");
+    let acknowledged = loader.await.unwrap();
+    assert!(!acknowledged.is_empty());
+    report(&format!(
+        "{} loads acknowledged by the replica before SIGKILL",
+        acknowledged.len()
+    ));
+    for (i, c) in clients.iter_mut().enumerate().skip(1) {
+        for (conversation, group) in &acknowledged {
+            let r = c
+                .route(route_request("thanks", conversation))
+                .await
+                .unwrap_or_else(|s| panic!("replica {i} did not answer: {s}"))
+                .into_inner();
+            assert!(
+                routed_loaded(&r, group),
+                "replica {i}, {conversation}: {group} was acknowledged: {:?}",
+                reasons(&r)
+            );
+        }
+    }
+    assert!(daemons[0].exit(PATIENCE).await.is_some());
+    ui.close().await;
+}
+
+/// Runs the test cluster's pg_ctl (`.ci/postgres.sh` writes one that runs as its owner).
+fn pg_ctl(ctl: &str, args: &[&str]) {
+    let out = std::process::Command::new(ctl).args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "pg_ctl {args:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// How the background load's calls ended, by call and status.
+type Outcomes = BTreeMap<String, u64>;
+
+#[tokio::test]
+async fn a_postgres_restart_under_load_is_ridden_out_and_recovered_from_by_itself() {
+    if Backend::postgres_url().is_none() {
+        return;
+    }
+    let Some(ctl) = std::env::var("TOOLROUTER_TEST_POSTGRES_CTL")
+        .ok()
+        .filter(|c| !c.is_empty())
+    else {
+        assert!(
+            std::env::var("CI").is_err(),
+            "TOOLROUTER_TEST_POSTGRES_CTL is not set under CI: run the tests as `.ci/postgres.sh cargo test`"
+        );
+        return;
+    };
+    let _cluster = CLUSTER.write().await;
+    let database = fresh_postgres_database().await;
+    let ui = Db::connect(&database).await.unwrap();
+    for key in ["sonarr_url", "radarr_url"] {
+        ui.set_setting(key, "x").await.unwrap();
+    }
+    ui.close().await;
+    // A short busy timeout: calls against the stopped server end within two seconds.
+    let daemons = three(&database, &["--busy-timeout", "1s"]);
+    let mut clients = clients(&daemons).await;
+    for c in &mut clients {
+        c.load_tool_group(load_request("c1", "sonarr")).await.unwrap();
+    }
+
+    // Route on every replica, with and without a conversation, throughout.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut load = Vec::new();
+    for (i, c) in clients.iter().enumerate() {
+        let (mut c, stop) = (c.clone(), stop.clone());
+        load.push(tokio::spawn(async move {
+            let mut outcomes = Outcomes::new();
+            let mut n = 0usize;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let conversation = if n.is_multiple_of(2) { "c1" } else { "" };
+                let code = match c.route(route_request("next episode", conversation)).await {
+                    Ok(r) if r.get_ref().domains.iter().any(|d| d.domain == "sonarr") => "OK".into(),
+                    Ok(r) => format!("OK without sonarr: {:?}", reasons(r.get_ref())),
+                    Err(s) => format!("{:?}", s.code()),
+                };
+                *outcomes.entry(format!("replica {i} Route {code}")).or_default() += 1;
+                n += 1;
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            outcomes
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    pg_ctl(&ctl, &["stop", "-m", "fast", "-w"]);
+    for (i, c) in clients.iter_mut().enumerate() {
+        let r = c
+            .route(route_request("thanks", "c1"))
+            .await
+            .unwrap_or_else(|s| panic!("replica {i}: Route while the database is down: {s}"))
+            .into_inner();
+        assert!(routed_loaded(&r, "sonarr"), "replica {i}: {:?}", reasons(&r));
+        let err = c
+            .load_tool_group(load_request("c2", "radarr"))
+            .await
+            .expect_err("a load that cannot be written is never acknowledged");
+        assert_eq!(err.code(), Code::Unavailable, "replica {i}: {err:?}");
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    pg_ctl(&ctl, &["start", "-w", "-t", "60"]);
+
+    // Each replica recovers by itself: its next writes succeed, and it hears settings
+    // changes again (its listening connection is back).
+    let started = Instant::now();
+    for (i, c) in clients.iter_mut().enumerate() {
+        loop {
+            match c
+                .load_tool_group(load_request(&format!("after-{i}"), "radarr"))
+                .await
+            {
+                Ok(_) => break,
+                Err(s) => assert!(
+                    started.elapsed() < PATIENCE,
+                    "replica {i} has not recovered: {s:?}"
+                ),
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    report(&format!(
+        "PostgreSQL restarted: writes succeeded on all 3 replicas {:.0} ms after it was back",
+        started.elapsed().as_secs_f64() * 1e3
+    ));
+    let ui = Db::connect(&database).await.unwrap();
+    ui.set_setting("radarr_url", "").await.unwrap();
+    until_all_see(&mut clients, "radarr", false, Instant::now()).await;
+
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut outcomes = Outcomes::new();
+    for task in load {
+        for (k, v) in task.await.unwrap() {
+            *outcomes.entry(k).or_default() += v;
+        }
+    }
+    report(&format!("Route calls during the restart: {outcomes:?}"));
+    assert!(
+        outcomes.keys().all(|k| k.ends_with("Route OK")),
+        "every Route answered from the last snapshot: {outcomes:?}"
+    );
+    ui.close().await;
+}
