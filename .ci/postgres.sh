@@ -68,11 +68,17 @@ exec ${as_owner[*]} "$bin/pg_ctl" -D "$data" -l "$work/postgres.log" "\$@"
 EOF
 chmod 755 "$ctl"
 
+child=
 stop() {
+  [ -n "$child" ] && kill -TERM "$child" 2>/dev/null
   "$ctl" stop -m immediate >/dev/null 2>&1 || true
   rm -rf "$work"
 }
 trap stop EXIT
+# A signal ends the script through `exit` (passing it on to the command), so the EXIT trap
+# stops the cluster then too.
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 "${as_owner[@]}" "$bin/initdb" -D "$data" -U toolrouter --auth=trust -E UTF8 --no-sync >"$work/initdb.log" 2>&1 \
   || { cat "$work/initdb.log" >&2; exit 1; }
@@ -91,6 +97,10 @@ echo "== PostgreSQL $("$bin/postgres" --version | awk '{print $3}') on 127.0.0.1
 export TOOLROUTER_TEST_POSTGRES_URL="postgres://toolrouter@127.0.0.1:$port/postgres"
 export TOOLROUTER_TEST_POSTGRES_DATA="$data"
 export TOOLROUTER_TEST_POSTGRES_CTL="$ctl"
+# In the background, so a signal reaches the trap at once instead of after the command.
+"$@" &
+child=$!
 status=0
-"$@" || status=$?
+wait "$child" || status=$?
+child=
 exit "$status"
