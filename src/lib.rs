@@ -1,7 +1,7 @@
 //! toolrouter decides, for every chat turn, which LLM tool definitions a chat backend sends
 //! to the model: core domains, plus the domains whose keywords the message hits, or every
 //! active domain when nothing hit. Domains are active when their settings keys have values in
-//! a SQLite `settings` table.
+//! a `settings` table (SQLite, or PostgreSQL shared by several daemons).
 //!
 //! # Layout
 //! Modules in data-flow order; each uses only modules above it (`.ci/layers.py` checks):
@@ -17,7 +17,9 @@
 //!   and `o200k_base` token counts: each tool rendered once per registry and format, answers
 //!   assembled from those bytes. Pure.
 //! - [`eval`]: routing quality over labelled messages (`toolrouter eval`), in-process.
-//! - [`db`]: the SQLite pool, migrations and every SQL statement (one fn each).
+//! - [`db`]: the database behind one interface, SQLite (the default) or PostgreSQL (several
+//!   replicas): pools, migrations, every SQL statement (one fn each, one module per
+//!   backend) and PostgreSQL's settings notifications.
 //! - `settings`: the TTL cache of the settings snapshot over the database.
 //! - `conversations`: per-conversation state over the database: cache, locks, persistence.
 //! - [`config`]: defaults < `--config` file < `TOOLROUTER_*` environment < flags.

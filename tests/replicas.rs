@@ -50,7 +50,7 @@ async fn clients(daemons: &[Daemon]) -> Vec<Client> {
 /// Whether the replica behind `client` sees `group` active.
 async fn active(client: &mut Client, group: &str) -> bool {
     let groups = client
-        .list_groups(ListGroupsRequest {})
+        .list_groups(ListGroupsRequest::default())
         .await
         .unwrap()
         .into_inner();

@@ -12,12 +12,12 @@ use toolrouter::registry::manifest::valid_domain_name;
 
 use crate::workload::Workload;
 
-/// Writes `workload` into `out`: `manifests/`, `messages.jsonl`, `toolrouter.db` and, for
-/// the eval sets, `queries.jsonl`.
+/// Writes `workload` into `out`: `manifests/`, `messages.jsonl`, `toolrouter.db` (or the
+/// settings into `database` instead) and, for the eval sets, `queries.jsonl`.
 ///
 /// # Errors
 /// A file that cannot be written, or a database that cannot be opened or written.
-pub async fn export(workload: &Workload, out: &Path) -> toolrouter::Result<()> {
+pub async fn export(workload: &Workload, out: &Path, database: Option<&str>) -> toolrouter::Result<()> {
     let io = |source| toolrouter::Error::Io {
         context: format!("cannot write to {}", out.display()),
         source,
@@ -30,7 +30,8 @@ pub async fn export(workload: &Workload, out: &Path) -> toolrouter::Result<()> {
         write_labelled(&workload.labelled, &out.join("queries.jsonl")).map_err(io)?;
     }
     // The settings that activate every domain, in the database a daemon can be pointed at.
-    let db = Db::connect(&format!("sqlite://{}", out.join("toolrouter.db").display())).await?;
+    let file = format!("sqlite://{}", out.join("toolrouter.db").display());
+    let db = Db::connect(database.unwrap_or(&file)).await?;
     for (key, value) in workload.settings.rows() {
         db.set_setting(key, value).await?;
     }

@@ -36,6 +36,10 @@ enum Command {
         /// The eval data folder.
         #[arg(long, env = "TOOLROUTER_EVAL_DIR", default_value = "../shared/eval")]
         eval: PathBuf,
+        /// Write the settings to this database instead of `toolrouter.db` in `--out` (e.g. a
+        /// PostgreSQL database several replicas share).
+        #[arg(long)]
+        database: Option<String>,
     },
     /// Serve `Route` with the daemon's answers prebuilt, without routing: the transport floor.
     BaselineServer {
@@ -96,9 +100,14 @@ enum Command {
 
 async fn run(command: Command) -> toolrouter::Result<()> {
     match command {
-        Command::Export { workload, out, eval } => {
+        Command::Export {
+            workload,
+            out,
+            eval,
+            database,
+        } => {
             let load = workload::by_name(&workload, &eval)?;
-            export::export(&load, &out).await?;
+            export::export(&load, &out, database.as_deref()).await?;
             println!(
                 "wrote {} domains, {} tools and {} messages to {}",
                 load.registry.domains().len(),

@@ -3,7 +3,8 @@
 //! response, and reports requests/s and exact latency percentiles (every latency is kept,
 //! one `u64` per call, and sorted once at the end).
 //!
-//! Two workloads: `route` (only `Route`, no conversation: the throughput benchmark) and
+//! Workloads: `route` (only `Route`, no conversation: the throughput benchmark), `converse`
+//! (only `Route`, within conversations), `load` (only `LoadToolGroup`, each a write) and
 //! `mixed` (the soak: mostly `Route` within conversations, plus `LoadToolGroup`,
 //! `ListGroups`, `InvalidateSettings`, `ReloadRegistry`, and `UpsertDomain`/`DeleteDomain`
 //! of one run-time domain per worker, deleted again when the run ends).
@@ -92,6 +93,10 @@ pub enum Mix {
     /// that register the worker's own run-time domain (`UpsertDomain`) or delete it
     /// (`DeleteDomain`) in turn.
     Mixed,
+    /// Only `Route`, each within a conversation of 50 turns.
+    Converse,
+    /// Only `LoadToolGroup`, each into a new conversation, so each one writes.
+    Load,
 }
 
 /// What one run measured.
@@ -237,15 +242,31 @@ async fn call(
     groups: &[String],
 ) -> (&'static str, Outcome) {
     let slot = n % 100;
-    // Conversations of 50 calls each, distinct per worker; built only for the calls that use
-    // one, so the Route-only benchmark allocates nothing extra per call.
-    let conversation = || format!("soak-{worker}-{}", n / 50);
+    // Conversations of 50 calls each, distinct per worker and per load generator (several
+    // may drive replicas of one database); built only for the calls that use one, so the
+    // Route-only benchmark allocates nothing extra per call.
+    let conversation = || format!("soak-{}-{worker}-{}", std::process::id(), n / 50);
     match (mix, slot) {
-        (Mix::Route, _) | (Mix::Mixed, 12..) => {
-            let conversation_id = if mix == Mix::Mixed && !slot.is_multiple_of(3) {
-                conversation()
-            } else {
-                String::new()
+        (Mix::Load, _) => {
+            let group_name = groups.get(n % groups.len().max(1)).cloned().unwrap_or_default();
+            let r = client
+                .load_tool_group(proto::LoadToolGroupRequest {
+                    conversation_id: format!("load-{}-{worker}-{n}", std::process::id()),
+                    group_name,
+                    ..Default::default()
+                })
+                .await;
+            let o = match r {
+                Err(s) if s.code() == Code::FailedPrecondition => Outcome::Refused,
+                r => outcome(r, |r| r.group.is_some() && !r.already_loaded),
+            };
+            ("LoadToolGroup", o)
+        }
+        (Mix::Route | Mix::Converse, _) | (Mix::Mixed, 12..) => {
+            let conversation_id = match mix {
+                Mix::Converse => conversation(),
+                Mix::Mixed if !slot.is_multiple_of(3) => conversation(),
+                _ => String::new(),
             };
             let r = client
                 .route(RouteRequest {
@@ -315,7 +336,7 @@ async fn run(
 ) -> crate::Result<Report> {
     let client = conn.client().await?.max_decoding_message_size(64 << 20);
     // Every non-core group, for LoadToolGroup.
-    let groups: Vec<String> = if mix.0 == Mix::Mixed {
+    let groups: Vec<String> = if matches!(mix.0, Mix::Mixed | Mix::Load) {
         let mut c = client.clone();
         let all = c
             .list_groups(proto::ListGroupsRequest::default())
