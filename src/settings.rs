@@ -42,6 +42,9 @@ struct Shared {
     ttl: Duration,
     current: ArcSwap<Cached>,
     refresh: tokio::sync::Mutex<()>,
+    /// Signalled after a re-read a notification caused, for whoever must pass the news on
+    /// without waiting for a call (`WatchRegistry` streams).
+    noticed: tokio::sync::Notify,
 }
 
 impl Drop for SettingsCache {
@@ -72,6 +75,7 @@ impl SettingsCache {
             ttl,
             current,
             refresh: tokio::sync::Mutex::new(()),
+            noticed: tokio::sync::Notify::new(),
         });
         let follower = notices.map(|rx| tokio::spawn(follow(Arc::downgrade(&shared), rx)).abort_handle());
         Ok(SettingsCache { shared, follower })
@@ -111,6 +115,12 @@ impl SettingsCache {
         Ok(snapshot)
     }
 
+    /// Resolves after the next re-read a notification caused (PostgreSQL; never on SQLite).
+    /// One waiter: a re-read while nobody waits is kept for the next call.
+    pub(crate) async fn reread_on_notice(&self) {
+        self.shared.noticed.notified().await;
+    }
+
     /// How long ago the snapshot in use was read from the table (it grows past the TTL only
     /// while re-reads fail, or until the next call re-reads).
     pub(crate) fn age(&self) -> Duration {
@@ -137,7 +147,9 @@ async fn follow(cache: Weak<Shared>, mut notices: tokio::sync::mpsc::Receiver<No
             tracing::debug!("listening for settings changes; re-reading the settings once");
         }
         // A failure is logged by the re-read (once per streak) and retried each TTL.
-        let _ = cache.refresh().await;
+        if cache.refresh().await.is_ok() {
+            cache.noticed.notify_one();
+        }
     }
 }
 

@@ -969,8 +969,9 @@ impl State {
         self.inner.conversations.reset(id).await
     }
 
-    /// Runs conversation upkeep every `period`, and re-reads the settings every TTL while
-    /// a `WatchRegistry` stream is open (so it hears of a change without other traffic),
+    /// Runs conversation upkeep every `period`, and re-reads the settings every TTL (and
+    /// takes the settings a notification brought, on PostgreSQL) while a `WatchRegistry`
+    /// stream is open (so it hears of a change without other traffic),
     /// until `shutdown` resolves (the final flush is [`State::close`]'s).
     pub(crate) async fn maintain(&self, period: Duration, shutdown: impl std::future::Future<Output = ()>) {
         tokio::pin!(shutdown);
@@ -989,6 +990,12 @@ impl State {
                     }
                 }
                 _ = settings.tick() => {
+                    if self.inner.events.receiver_count() > 0 {
+                        self.view().await;
+                    }
+                }
+                // Re-read on another daemon's or a settings UI's notice (PostgreSQL).
+                () = self.inner.settings.reread_on_notice() => {
                     if self.inner.events.receiver_count() > 0 {
                         self.view().await;
                     }

@@ -61,3 +61,24 @@ async fn on_postgres_a_setting_written_by_another_program_shows_without_invalida
     }
     app.stop().await;
 }
+
+#[tokio::test]
+async fn on_postgres_a_watcher_hears_of_a_setting_written_by_another_program_without_any_call() {
+    use tokio_stream::StreamExt as _;
+    if Backend::postgres_url().is_none() {
+        return;
+    }
+    let mut app = spawn_app_on(Backend::Postgres).await;
+    let mut events = app.watch("").await.unwrap();
+    let first = events.next().await.unwrap().unwrap();
+    assert!(!first.active_domains.contains(&"radarr".to_string()));
+    app.ui.set_setting("radarr_url", "http://nas:7878").await.unwrap();
+    // The TTL is an hour and no call is made: only the notification can bring the event.
+    let next = tokio::time::timeout(Duration::from_secs(30), events.next())
+        .await
+        .expect("an event")
+        .unwrap()
+        .unwrap();
+    assert!(next.active_domains.contains(&"radarr".to_string()), "{next:?}");
+    app.stop().await;
+}
