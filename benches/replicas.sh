@@ -87,21 +87,16 @@ PY
 echo "| database | mix | generators x concurrency | req/s | p50 / p99 (worst generator) | errors |"
 echo "|---|---|---|---|---|---|"
 
-addrs=()
-start_daemon "sqlite://$work/demo/toolrouter.db"
-for mix in route converse load; do measure "SQLite, 1 daemon" "$mix" "${addrs[@]}"; done
-stop_daemons
+# run LABEL DATABASE REPLICAS: every mix against fresh daemons on a database whose settings
+# activate every domain.
+run() {
+  addrs=()
+  "$tools" export demo --out "$work/$3" --database "$2" >/dev/null
+  for _ in $(seq "$3"); do start_daemon "$2"; done
+  for mix in route converse load; do measure "$1" "$mix" "${addrs[@]}"; done
+  stop_daemons
+}
 
-addrs=()
-one=$(pg_database one)
-"$tools" export demo --out "$work/pg-one" --database "$one" >/dev/null
-start_daemon "$one"
-for mix in route converse load; do measure "PostgreSQL, 1 replica" "$mix" "${addrs[@]}"; done
-stop_daemons
-
-addrs=()
-three=$(pg_database three)
-"$tools" export demo --out "$work/pg-three" --database "$three" >/dev/null
-for _ in 1 2 3; do start_daemon "$three"; done
-for mix in route converse load; do measure "PostgreSQL, 3 replicas" "$mix" "${addrs[@]}"; done
-stop_daemons
+run "SQLite, 1 daemon" "sqlite://$work/demo/toolrouter.db" 1
+run "PostgreSQL, 1 replica" "$(pg_database one)" 1
+run "PostgreSQL, 3 replicas" "$(pg_database three)" 3

@@ -39,12 +39,32 @@ fn three(database: &str, extra: &[&str]) -> Vec<Daemon> {
     (0..3).map(|_| Daemon::start_on(database, &flags)).collect()
 }
 
-async fn clients(daemons: &[Daemon]) -> Vec<Client> {
-    let mut out = Vec::new();
-    for d in daemons {
-        out.push(d.client().await);
+/// Three replicas on a fresh database, a client of each, and a settings UI's connection.
+struct Fleet {
+    database: String,
+    daemons: Vec<Daemon>,
+    clients: Vec<Client>,
+    ui: Db,
+}
+
+/// A [`Fleet`] whose settings set `keys` (to `x`) before the replicas start.
+async fn fleet(keys: &[&str], extra: &[&str]) -> Fleet {
+    let database = fresh_postgres_database().await;
+    let ui = Db::connect(&database).await.unwrap();
+    for key in keys {
+        ui.set_setting(key, "x").await.unwrap();
     }
-    out
+    let daemons = three(&database, extra);
+    let mut clients = Vec::new();
+    for d in &daemons {
+        clients.push(d.client().await);
+    }
+    Fleet {
+        database,
+        daemons,
+        clients,
+        ui,
+    }
 }
 
 /// Whether the replica behind `client` sees `group` active.
@@ -95,10 +115,13 @@ async fn a_settings_write_by_another_program_reaches_all_three_within_500_ms() {
         return;
     }
     let _cluster = CLUSTER.read().await;
-    let database = fresh_postgres_database().await;
-    let daemons = three(&database, &[]);
-    let mut clients = clients(&daemons).await;
-    let ui = Db::connect(&database).await.unwrap();
+    // The daemons are bound so they live to the end of the test (dropping one kills it).
+    let Fleet {
+        daemons: _daemons,
+        mut clients,
+        ui,
+        ..
+    } = fleet(&[], &[]).await;
     // A first change, not measured: each replica's listening connection is up by the end.
     ui.set_setting("sonarr_url", "x").await.unwrap();
     until_all_see(&mut clients, "sonarr", true, Instant::now()).await;
@@ -138,10 +161,13 @@ async fn a_group_loaded_through_one_replica_is_loaded_on_the_others_next_call() 
         return;
     }
     let _cluster = CLUSTER.read().await;
-    let database = fresh_postgres_database().await;
-    let daemons = three(&database, &[]);
-    let mut clients = clients(&daemons).await;
-    let ui = Db::connect(&database).await.unwrap();
+    // The daemons are bound so they live to the end of the test (dropping one kills it).
+    let Fleet {
+        daemons: _daemons,
+        mut clients,
+        ui,
+        ..
+    } = fleet(&[], &[]).await;
     // A settings UI that writes without the trigger seeing it would still reach every
     // replica through one InvalidateSettings; here the write and the call both tell them.
     ui.set_setting("sonarr_url", "x").await.unwrap();
@@ -189,13 +215,12 @@ async fn after_sigkill_of_one_replica_the_others_answer_and_nothing_acknowledged
         return;
     }
     let _cluster = CLUSTER.read().await;
-    let database = fresh_postgres_database().await;
-    let ui = Db::connect(&database).await.unwrap();
-    for key in ["sonarr_url", "radarr_url", "qbittorrent_url"] {
-        ui.set_setting(key, "x").await.unwrap();
-    }
-    let mut daemons = three(&database, &[]);
-    let mut clients = clients(&daemons).await;
+    let Fleet {
+        mut daemons,
+        mut clients,
+        ui,
+        ..
+    } = fleet(&["sonarr_url", "radarr_url", "qbittorrent_url"], &[]).await;
     // Loads through A, as fast as it answers, until it is killed.
     let mut a = clients[0].clone();
     let loader = tokio::spawn(async move {
@@ -266,15 +291,14 @@ async fn a_postgres_restart_under_load_is_ridden_out_and_recovered_from_by_itsel
         return;
     };
     let _cluster = CLUSTER.write().await;
-    let database = fresh_postgres_database().await;
-    let ui = Db::connect(&database).await.unwrap();
-    for key in ["sonarr_url", "radarr_url"] {
-        ui.set_setting(key, "x").await.unwrap();
-    }
-    ui.close().await;
     // A short busy timeout: calls against the stopped server end within two seconds.
-    let daemons = three(&database, &["--busy-timeout", "1s"]);
-    let mut clients = clients(&daemons).await;
+    let Fleet {
+        database,
+        daemons: _daemons,
+        mut clients,
+        ui,
+    } = fleet(&["sonarr_url", "radarr_url"], &["--busy-timeout", "1s"]).await;
+    ui.close().await;
     for c in &mut clients {
         c.load_tool_group(load_request("c1", "sonarr")).await.unwrap();
     }
