@@ -6,8 +6,8 @@
 # Finds initdb and pg_ctl (on PATH, else Debian's /usr/lib/postgresql/NN/bin, else installs
 # Debian's `postgresql` package with apt-get), creates a cluster in a temp folder as an
 # unprivileged user (PostgreSQL refuses to run as root: as root the cluster belongs to
-# `nobody`), starts it on a free loopback port without fsync (the data is thrown away), and
-# runs the command with
+# `nobody`), starts it on a free loopback port without fsync (the data is thrown away; with
+# TOOLROUTER_TEST_POSTGRES_DURABLE=1 fsync stays on, for benchmarks), and runs the command with
 #
 #   TOOLROUTER_TEST_POSTGRES_URL   postgres://toolrouter@127.0.0.1:PORT/postgres (trust auth;
 #                                  each test creates its own database from it)
@@ -87,10 +87,11 @@ listen_addresses = '127.0.0.1'
 port = $port
 unix_socket_directories = '$work'
 max_connections = 300
-fsync = off
-synchronous_commit = off
-full_page_writes = off
 EOF
+# The tests' data is thrown away: no need to wait for the disk, unless a benchmark asks.
+if [ "${TOOLROUTER_TEST_POSTGRES_DURABLE:-}" != 1 ]; then
+  printf 'fsync = off\nsynchronous_commit = off\nfull_page_writes = off\n' >>"$data/postgresql.conf"
+fi
 "$ctl" start -w -t 60 >/dev/null || { cat "$work/postgres.log" >&2; exit 1; }
 echo "== PostgreSQL $("$bin/postgres" --version | awk '{print $3}') on 127.0.0.1:$port (data $data)" >&2
 

@@ -5,9 +5,13 @@
 # fresh daemons; the load generator (`toolrouter bench grpc`) runs one process per replica,
 # splitting the concurrency between them, and the figures are summed (req/s) or the worst
 # generator's (latency). Nothing is pinned: the daemons, PostgreSQL and the generators share
-# the machine's cores, as replicas on one host would.
+# the machine's cores, as replicas on one host would. The three configurations take turns for
+# several rounds, so drift on a shared machine hits each alike; medians are reported.
 #
-#   .ci/postgres.sh benches/replicas.sh [duration=10s] [concurrency=15]
+#   TOOLROUTER_TEST_POSTGRES_DURABLE=1 .ci/postgres.sh benches/replicas.sh [duration=10s] [concurrency=15] [rounds=3]
+#
+# (DURABLE keeps the cluster's fsync on, so PostgreSQL commits are as durable as SQLite's
+# `synchronous = FULL`; the test cluster turns it off by default.)
 #
 # Mixes: route (Route, no conversation), converse (Route within conversations: on
 # PostgreSQL each turn checks the conversation's version), load (LoadToolGroup into a new
@@ -17,6 +21,7 @@ cd "$(dirname "$0")/.."
 : "${TOOLROUTER_TEST_POSTGRES_URL:?run it as .ci/postgres.sh benches/replicas.sh (it needs a PostgreSQL server)}"
 duration=${1:-10s}
 concurrency=${2:-15}
+rounds=${3:-3}
 
 cargo build --release --quiet
 bin=target/release/toolrouter
@@ -70,22 +75,20 @@ measure() {
     i=$((i + 1))
   done
   for g in "${gens[@]}"; do wait "$g" || { cat "$work"/out-*; echo "replicas.sh: a generator failed" >&2; exit 1; }; done
-  python3 - "$label" "$mix" "$n" "$per" "$work"/out-* <<'PY'
+  python3 - "$label" "$mix" "$n" "$per" "$work"/out-* >>"$work/results" <<'PY'
 import json, sys
 label, mix, n, per, files = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5:]
 runs = [json.loads(open(f).read().strip().splitlines()[-1]) for f in files]
-rps = sum(r["requests_per_sec"] for r in runs)
-p50 = max(r["p50_us"] for r in runs)
-p99 = max(r["p99_us"] for r in runs)
-errors = sum(r["errors"] for r in runs)
-print(f"| {label} | {mix} | {n} x {per} | {rps:,.0f} | {p50:,} / {p99:,} µs | {errors} |")
+print(json.dumps({"label": label, "mix": mix, "shape": f"{n} x {per}",
+                  "rps": sum(r["requests_per_sec"] for r in runs),
+                  "p50": max(r["p50_us"] for r in runs), "p99": max(r["p99_us"] for r in runs),
+                  "errors": sum(r["errors"] for r in runs)}))
 PY
+  tail -n 1 "$work/results" >&2
   rm -f "$work"/out-*
 }
 
 "$tools" export demo --out "$work/demo" >/dev/null
-echo "| database | mix | generators x concurrency | req/s | p50 / p99 (worst generator) | errors |"
-echo "|---|---|---|---|---|---|"
 
 # run LABEL DATABASE REPLICAS: every mix against fresh daemons on a database whose settings
 # activate every domain.
@@ -97,6 +100,20 @@ run() {
   stop_daemons
 }
 
-run "SQLite, 1 daemon" "sqlite://$work/demo/toolrouter.db" 1
-run "PostgreSQL, 1 replica" "$(pg_database one)" 1
-run "PostgreSQL, 3 replicas" "$(pg_database three)" 3
+for round in $(seq "$rounds"); do
+  run "SQLite, 1 daemon" "sqlite://$work/sqlite-$round.db" 1
+  run "PostgreSQL, 1 replica" "$(pg_database "one_$round")" 1
+  run "PostgreSQL, 3 replicas" "$(pg_database "three_$round")" 3
+done
+python3 - "$work/results" <<'PY'
+import json, statistics, sys
+rows = {}
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    rows.setdefault((r["label"], r["mix"], r["shape"]), []).append(r)
+print("| database | mix | generators x concurrency | req/s (median) | p50 / p99, worst generator (median) | errors |")
+print("|---|---|---|---|---|---|")
+for (label, mix, shape), rs in rows.items():
+    med = lambda k: statistics.median(r[k] for r in rs)
+    print(f"| {label} | {mix} | {shape} | {med('rps'):,.0f} | {med('p50'):,.0f} / {med('p99'):,.0f} µs | {sum(r['errors'] for r in rs)} |")
+PY
