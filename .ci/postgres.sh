@@ -53,7 +53,10 @@ owner=$(id -un)
 as_owner=()
 if [ "$(id -u)" -eq 0 ]; then
   owner=nobody
-  as_owner=(runuser -u "$owner" --)
+  # runuser is in util-linux, in /usr/sbin, which a root PATH may leave out.
+  runuser=$(PATH="$PATH:/usr/sbin:/sbin" command -v runuser) \
+    || { echo "postgres.sh: runuser (util-linux) not found" >&2; exit 1; }
+  as_owner=("$runuser" -u "$owner" --)
   chown "$owner" "$work"
 fi
 

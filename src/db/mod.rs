@@ -219,7 +219,8 @@ impl Db {
         })
     }
 
-    /// Checks that the file is still there, reopening it if it was replaced.
+    /// Checks that the SQLite file is still there, reopening it if it was replaced (nothing
+    /// to check for a server: its calls fail on their own).
     ///
     /// # Errors
     /// `Unavailable` when the file is missing or cannot be reopened.
