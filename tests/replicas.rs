@@ -18,11 +18,13 @@ mod helpers;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use helpers::{Backend, Daemon, fresh_postgres_database, load_request, reasons, route_request};
+use helpers::{Daemon, fresh_postgres_database, load_request, reasons, route_request};
 use tokio::sync::RwLock;
 use tonic::Code;
 use toolrouter::cli::connection::Client;
 use toolrouter::db::Db;
+// Quiet when unset: the API tests print the one line that says how to run these.
+use toolrouter::db::testing::postgres_url;
 use toolrouter::proto::{InvalidateSettingsRequest, ListGroupsRequest};
 
 /// Held shared by every test and exclusively by the one that restarts the cluster.
@@ -111,7 +113,7 @@ fn routed_loaded(r: &toolrouter::proto::RouteResponse, group: &str) -> bool {
 
 #[tokio::test]
 async fn a_settings_write_by_another_program_reaches_all_three_within_500_ms() {
-    if Backend::postgres_url().is_none() {
+    if postgres_url().is_none() {
         return;
     }
     let _cluster = CLUSTER.read().await;
@@ -157,7 +159,7 @@ async fn a_settings_write_by_another_program_reaches_all_three_within_500_ms() {
 
 #[tokio::test]
 async fn a_group_loaded_through_one_replica_is_loaded_on_the_others_next_call() {
-    if Backend::postgres_url().is_none() {
+    if postgres_url().is_none() {
         return;
     }
     let _cluster = CLUSTER.read().await;
@@ -211,7 +213,7 @@ async fn a_group_loaded_through_one_replica_is_loaded_on_the_others_next_call() 
 
 #[tokio::test]
 async fn after_sigkill_of_one_replica_the_others_answer_and_nothing_acknowledged_is_lost() {
-    if Backend::postgres_url().is_none() {
+    if postgres_url().is_none() {
         return;
     }
     let _cluster = CLUSTER.read().await;
@@ -277,7 +279,7 @@ type Outcomes = BTreeMap<String, u64>;
 
 #[tokio::test]
 async fn a_postgres_restart_under_load_is_ridden_out_and_recovered_from_by_itself() {
-    if Backend::postgres_url().is_none() {
+    if postgres_url().is_none() {
         return;
     }
     let Some(ctl) = std::env::var("TOOLROUTER_TEST_POSTGRES_CTL")
