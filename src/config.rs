@@ -75,8 +75,9 @@ pub struct Config {
     pub token_budget: Option<u32>,
     /// Log output format.
     pub log_format: LogFormat,
-    /// How long a database statement (or the wait for a pooled connection) may take before
-    /// failing: another writer's SQLite lock, a slow or unreachable PostgreSQL server.
+    /// How long a database statement may wait for another writer's lock before failing; on
+    /// PostgreSQL also how long a statement or the wait for a pooled connection may take (a
+    /// slow or unreachable server).
     #[serde(with = "duration")]
     pub busy_timeout: Duration,
     /// On SIGTERM, how long in-flight calls get to finish before the daemon exits anyway.

@@ -183,8 +183,8 @@ serve_args! {
     /// Log format [default: text].
     #[arg(long, env = "TOOLROUTER_LOG_FORMAT", value_enum)]
     log_format: Option<LogFormatArg>,
-    /// How long a database statement or the wait for a connection may take, e.g. `5s`
-    /// [default: 5s].
+    /// How long a statement may wait for a lock (on PostgreSQL: a statement, or the wait for
+    /// a connection, may take), e.g. `5s` [default: 5s].
     #[arg(long, env = "TOOLROUTER_BUSY_TIMEOUT", value_parser = humantime::parse_duration)]
     busy_timeout: Option<Duration>,
     /// On SIGTERM, how long in-flight calls get to finish, e.g. `10s` [default: 10s].

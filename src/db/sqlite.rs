@@ -35,7 +35,6 @@ pub(super) struct Store {
 #[derive(Debug)]
 struct Inner {
     options: SqliteConnectOptions,
-    busy_timeout: Duration,
     /// The database file; `None` for an in-memory database.
     path: Option<PathBuf>,
     current: ArcSwap<Opened>,
@@ -82,11 +81,12 @@ pub(super) fn file_of(url: &str) -> Result<Option<PathBuf>> {
     Ok(Some(filename.to_path_buf()))
 }
 
-async fn open(options: &SqliteConnectOptions, busy_timeout: Duration) -> Result<SqlitePool> {
+async fn open(options: &SqliteConnectOptions) -> Result<SqlitePool> {
+    // A statement's wait for another writer's lock is SQLite's busy timeout. Waiting for a
+    // pooled connection keeps sqlx's bound: the connections are local, and opening one on a
+    // busy machine can take longer than a short busy timeout.
     let pool = SqlitePoolOptions::new()
         .max_connections(4)
-        // Waiting for a pooled connection is bounded like a statement's wait for the lock.
-        .acquire_timeout(busy_timeout)
         .connect_with(options.clone())
         .await?;
     sqlx::migrate!("migrations/sqlite").run(&pool).await?;
@@ -103,7 +103,7 @@ impl Store {
             // A load acknowledged to a client must survive a crash: commit means on disk.
             .synchronous(SqliteSynchronous::Full);
         let path = file_of(url)?;
-        let pool = open(&options, busy_timeout).await?;
+        let pool = open(&options).await?;
         let file = match &path {
             Some(p) => Some(file_id(p).map_err(|e| Error::Io {
                 context: format!("cannot inspect the database file {}", p.display()),
@@ -114,7 +114,6 @@ impl Store {
         Ok(Store {
             inner: Arc::new(Inner {
                 options,
-                busy_timeout,
                 path,
                 current: ArcSwap::from_pointee(Opened { pool, file }),
                 reopen: tokio::sync::Mutex::new(()),
@@ -151,14 +150,12 @@ impl Store {
         if opened.file == Some(now) {
             return Ok(opened.pool.clone());
         }
-        let pool = open(&self.inner.options, self.inner.busy_timeout)
-            .await
-            .map_err(|e| {
-                Error::Unavailable(format!(
-                    "the database file {} was replaced and cannot be reopened: {e}",
-                    path.display()
-                ))
-            })?;
+        let pool = open(&self.inner.options).await.map_err(|e| {
+            Error::Unavailable(format!(
+                "the database file {} was replaced and cannot be reopened: {e}",
+                path.display()
+            ))
+        })?;
         self.inner.current.store(Arc::new(Opened {
             pool: pool.clone(),
             file: Some(now),
