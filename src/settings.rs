@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 
-use crate::db::{Db, Notice};
+use crate::db::{Db, Notice, Topic};
 use crate::error::{Error, Result};
 use crate::router::Snapshot;
 
@@ -69,7 +69,7 @@ impl SettingsCache {
             good_at: Instant::now(),
             failure: None,
         });
-        let notices = db.notices();
+        let notices = db.notices(Topic::Settings);
         let shared = Arc::new(Shared {
             db,
             ttl,

@@ -362,6 +362,19 @@ fn compose(manifests: &[Domain], runtime: Vec<Domain>) -> (Registry, Vec<Domain>
     (registry, runtime)
 }
 
+/// Resolves when `notices` has news (several waiting make one); pending forever once there
+/// is no receiver or it is closed.
+async fn next_notice(notices: &mut Option<tokio::sync::mpsc::Receiver<crate::db::Notice>>) {
+    if let Some(rx) = notices {
+        if rx.recv().await.is_some() {
+            while rx.try_recv().is_ok() {}
+            return;
+        }
+        *notices = None;
+    }
+    std::future::pending::<()>().await;
+}
+
 /// The most domains one `SearchTools` call loads into a conversation (SPEC §5).
 pub(crate) const MAX_SEARCH_LOADS: usize = 3;
 
@@ -971,10 +984,12 @@ impl State {
 
     /// Runs conversation upkeep every `period`, and re-reads the settings every TTL (and
     /// takes the settings a notification brought, on PostgreSQL) while a `WatchRegistry`
-    /// stream is open (so it hears of a change without other traffic),
-    /// until `shutdown` resolves (the final flush is [`State::close`]'s).
+    /// stream is open (so it hears of a change without other traffic); on PostgreSQL,
+    /// reloads the registry when another daemon changed the run-time domains; until
+    /// `shutdown` resolves (the final flush is [`State::close`]'s).
     pub(crate) async fn maintain(&self, period: Duration, shutdown: impl std::future::Future<Output = ()>) {
         tokio::pin!(shutdown);
+        let mut domains = self.inner.db.notices(crate::db::Topic::Domains);
         let mut upkeep = tokio::time::interval(period);
         let mut settings = tokio::time::interval(self.inner.settings_ttl);
         for tick in [&mut upkeep, &mut settings] {
@@ -998,6 +1013,13 @@ impl State {
                 () = self.inner.settings.reread_on_notice() => {
                     if self.inner.events.receiver_count() > 0 {
                         self.view().await;
+                    }
+                }
+                // Another daemon upserted or deleted a run-time domain, or the listening
+                // connection came back (what it missed is unknown): rebuild (PostgreSQL).
+                () = next_notice(&mut domains) => {
+                    if let Err(e) = self.reload().await {
+                        tracing::warn!(error = %e, "cannot take the run-time domains another daemon changed; the registry serves on");
                     }
                 }
             }

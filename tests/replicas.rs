@@ -212,6 +212,61 @@ async fn a_group_loaded_through_one_replica_is_loaded_on_the_others_next_call() 
 }
 
 #[tokio::test]
+async fn a_domain_upserted_or_deleted_through_one_replica_is_served_so_by_the_others() {
+    if postgres_url().is_none() {
+        return;
+    }
+    let _cluster = CLUSTER.read().await;
+    let Fleet {
+        daemons: _daemons,
+        mut clients,
+        ..
+    } = fleet(&[], &[]).await;
+    let manifest_json = r#"{"name":"lab","keywords":["oscilloscope"],"tools":[{"name":"lab_probe","description":"Probes the lab bench"}]}"#;
+    clients[0]
+        .upsert_domain(toolrouter::proto::UpsertDomainRequest {
+            manifest_json: manifest_json.into(),
+        })
+        .await
+        .unwrap();
+    // No call tells B and C: the table's notification makes them rebuild their registry.
+    until_all_list(&mut clients, "lab", true).await;
+    let r = clients[2]
+        .route(route_request("read the oscilloscope", ""))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(reasons(&r).iter().any(|(d, _)| d == "lab"), "{:?}", reasons(&r));
+    clients[1]
+        .delete_domain(toolrouter::proto::DeleteDomainRequest { name: "lab".into() })
+        .await
+        .unwrap();
+    until_all_list(&mut clients, "lab", false).await;
+}
+
+/// Waits until every replica lists `group` (or none does).
+async fn until_all_list(clients: &mut [Client], group: &str, want: bool) {
+    let started = Instant::now();
+    for (i, c) in clients.iter_mut().enumerate() {
+        loop {
+            let groups = c
+                .list_groups(ListGroupsRequest::default())
+                .await
+                .unwrap()
+                .into_inner();
+            if groups.groups.iter().any(|g| g.name == group) == want {
+                break;
+            }
+            assert!(
+                started.elapsed() < PATIENCE,
+                "replica {i} never listed {group}: {want}"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+}
+
+#[tokio::test]
 async fn after_sigkill_of_one_replica_the_others_answer_and_nothing_acknowledged_is_lost() {
     if postgres_url().is_none() {
         return;

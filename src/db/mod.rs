@@ -129,11 +129,21 @@ pub(crate) struct Written {
     pub version: i64,
 }
 
-/// What the listening connection reports (PostgreSQL).
+/// What other daemons and programs announce (PostgreSQL).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Topic {
+    /// The settings table (written by anyone, or `InvalidateSettings` on another daemon).
+    Settings,
+    /// The domains registered at run time (`UpsertDomain`, `DeleteDomain` on another daemon).
+    Domains,
+}
+
+/// What a listening connection reports (PostgreSQL).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Notice {
-    /// Someone changed the settings table, or asked every daemon to re-read it.
-    SettingsChanged,
+    /// The topic changed (the settings table, or the run-time domains), or a daemon asked
+    /// every other to re-read it.
+    Changed,
     /// The listening connection was (re)established: notifications sent while it was down
     /// are lost, so the settings should be read once.
     Resumed,
@@ -301,13 +311,17 @@ impl Db {
         }
     }
 
-    /// Starts listening for settings changes made anywhere (PostgreSQL); `None` for SQLite,
-    /// whose changes show through the settings TTL. Listening stops when the receiver is
-    /// dropped or the database closed.
-    pub(crate) fn notices(&self) -> Option<mpsc::Receiver<Notice>> {
+    /// Starts listening for changes of `topic` made by others (PostgreSQL); `None` for
+    /// SQLite, one daemon per file, whose settings changes show through the settings TTL.
+    /// Listening stops when the receiver is dropped or the database closed.
+    pub(crate) fn notices(&self, topic: Topic) -> Option<mpsc::Receiver<Notice>> {
+        let channel = match topic {
+            Topic::Settings => postgres::SETTINGS_CHANNEL,
+            Topic::Domains => postgres::DOMAINS_CHANNEL,
+        };
         match &self.backend {
             Backend::Sqlite(_) => None,
-            Backend::Postgres(s) => Some(postgres::listen(s)),
+            Backend::Postgres(s) => Some(postgres::listen(s, channel)),
         }
     }
 

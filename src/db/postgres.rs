@@ -7,10 +7,12 @@
 //! unreachable server ends a call, it never hangs it.
 //!
 //! **Notifications.** A trigger on `settings` (migration 0001) sends a notification on
-//! [`SETTINGS_CHANNEL`] for every change, and `InvalidateSettings` sends one too, with the
-//! sending daemon's origin as payload so it does not re-read twice. [`listen`] keeps one
-//! connection listening, reconnecting with backoff, and reports a resumed connection, since
-//! whatever was sent while it was down is lost.
+//! [`SETTINGS_CHANNEL`] for every change, and `InvalidateSettings` sends one too; a trigger
+//! on `domains` (migration 0003) sends one on [`DOMAINS_CHANNEL`], with the writer's
+//! application name as payload. Each daemon connects under an application name of its own
+//! (its origin) and ignores what it sent itself. [`listen`] keeps one connection listening to
+//! one channel, reconnecting with backoff, and reports a resumed connection, since whatever
+//! was sent while it was down is lost.
 //!
 //! **Versions.** Every write of a conversation's domains takes a new version from one
 //! sequence and records the version it replaced, so a daemon can tell that its cached copy
@@ -30,6 +32,9 @@ use crate::router::Member;
 /// The channel settings changes are announced on (the migration's trigger names it too).
 pub(super) const SETTINGS_CHANNEL: &str = "toolrouter_settings";
 
+/// The channel run-time domain changes are announced on (migration 0003's trigger).
+pub(super) const DOMAINS_CHANNEL: &str = "toolrouter_domains";
+
 /// Connections one daemon keeps to the server at most (plus the listening one).
 const MAX_CONNECTIONS: u32 = 16;
 
@@ -45,9 +50,10 @@ const MAX_BACKOFF: Duration = Duration::from_secs(2);
 #[derive(Debug, Clone)]
 pub(super) struct Store {
     pub(super) pool: PgPool,
-    /// One connection of its own for LISTEN, so the pool's connections stay for calls.
+    /// Connections of their own for LISTEN (one per channel), so the pool's connections
+    /// stay for calls.
     listen_pool: PgPool,
-    /// This daemon's mark on the notifications it sends.
+    /// This daemon's mark on the notifications it sends: its connections' application name.
     pub(super) origin: std::sync::Arc<str>,
 }
 
@@ -56,8 +62,9 @@ impl Store {
     /// advisory lock, so replicas starting together migrate once).
     pub(super) async fn connect(url: &str, busy_timeout: Duration) -> Result<Store> {
         let statement_ms = busy_timeout.as_millis().max(1).to_string();
+        let origin: std::sync::Arc<str> = format!("toolrouter-{:016x}", rand_u64()).into();
         let options = PgConnectOptions::from_str(url)?
-            .application_name("toolrouter")
+            .application_name(&origin)
             // Waiting for another writer's lock is bounded like a statement.
             .options([
                 ("statement_timeout", statement_ms.as_str()),
@@ -80,12 +87,11 @@ impl Store {
             .await?;
         sqlx::migrate!("migrations/postgres").run(&pool).await?;
         let listen_pool = PgPoolOptions::new()
-            .max_connections(1)
+            .max_connections(2)
             .acquire_timeout(busy_timeout)
             .idle_timeout(None)
             .max_lifetime(None)
             .connect_lazy_with(options);
-        let origin = format!("{:016x}", rand_u64()).into();
         Ok(Store {
             pool,
             listen_pool,
@@ -113,11 +119,11 @@ fn rand_u64() -> u64 {
     h.finish()
 }
 
-/// Starts listening for settings changes: the receiver gets [`Notice::SettingsChanged`] for
-/// each notification another sender sent, and [`Notice::Resumed`] each time the listening
+/// Starts listening on `channel`: the receiver gets [`Notice::Changed`] for each
+/// notification another sender sent, and [`Notice::Resumed`] each time the listening
 /// connection is (re)established, the first time included. The task ends when the receiver
 /// is dropped or the store is closed.
-pub(super) fn listen(store: &Store) -> mpsc::Receiver<Notice> {
+pub(super) fn listen(store: &Store, channel: &'static str) -> mpsc::Receiver<Notice> {
     // A full channel already holds a re-read to come, which covers any notice dropped.
     let (tx, rx) = mpsc::channel(4);
     let pool = store.listen_pool.clone();
@@ -125,20 +131,23 @@ pub(super) fn listen(store: &Store) -> mpsc::Receiver<Notice> {
     tokio::spawn(async move {
         tokio::select! {
             () = tx.closed() => {}
-            () = run_listener(&pool, &origin, &tx) => {}
+            () = run_listener(&pool, channel, &origin, &tx) => {}
         }
     });
     rx
 }
 
-async fn run_listener(pool: &PgPool, origin: &str, tx: &mpsc::Sender<Notice>) {
+async fn run_listener(pool: &PgPool, channel: &str, origin: &str, tx: &mpsc::Sender<Notice>) {
     let mut backoff = MIN_BACKOFF;
     let mut failing = false;
     while !pool.is_closed() {
-        let error = match subscribe(pool).await {
+        let error = match subscribe(pool, channel).await {
             Ok(mut listener) => {
                 if failing {
-                    tracing::info!("listening for settings changes again; re-reading the settings");
+                    tracing::info!(
+                        channel,
+                        "listening for notifications again; re-reading what they cover"
+                    );
                     failing = false;
                 }
                 backoff = MIN_BACKOFF;
@@ -147,7 +156,7 @@ async fn run_listener(pool: &PgPool, origin: &str, tx: &mpsc::Sender<Notice>) {
                     match listener.try_recv().await {
                         Ok(Some(n)) if n.payload() == origin => {}
                         Ok(Some(_)) => {
-                            let _ = tx.try_send(Notice::SettingsChanged);
+                            let _ = tx.try_send(Notice::Changed);
                         }
                         // The connection dropped and PgListener made a new one at once:
                         // whatever was sent in between is lost.
@@ -166,7 +175,8 @@ async fn run_listener(pool: &PgPool, origin: &str, tx: &mpsc::Sender<Notice>) {
         if !failing {
             tracing::warn!(
                 error = %error,
-                "lost the connection that listens for settings changes; retrying (the settings TTL applies meanwhile)"
+                channel,
+                "lost the connection that listens for notifications; retrying (the settings TTL applies meanwhile)"
             );
             failing = true;
         }
@@ -175,9 +185,9 @@ async fn run_listener(pool: &PgPool, origin: &str, tx: &mpsc::Sender<Notice>) {
     }
 }
 
-async fn subscribe(pool: &PgPool) -> sqlx::Result<PgListener> {
+async fn subscribe(pool: &PgPool, channel: &str) -> sqlx::Result<PgListener> {
     let mut listener = PgListener::connect_with(pool).await?;
-    listener.listen(SETTINGS_CHANNEL).await?;
+    listener.listen(channel).await?;
     Ok(listener)
 }
 

@@ -303,7 +303,7 @@ async fn a_settings_write_by_anyone_is_heard_and_an_own_announcement_is_not() {
     let Some(f) = postgres_fixture().await else {
         return;
     };
-    let mut notices = f.db.notices().expect("PostgreSQL listens");
+    let mut notices = f.db.notices(Topic::Settings).expect("PostgreSQL listens");
     assert_eq!(
         next_notice(&mut notices, Duration::from_secs(10)).await,
         Some(Notice::Resumed),
@@ -314,27 +314,40 @@ async fn a_settings_write_by_anyone_is_heard_and_an_own_announcement_is_not() {
     ui.set_setting("k", "v").await.unwrap();
     assert_eq!(
         next_notice(&mut notices, Duration::from_secs(10)).await,
-        Some(Notice::SettingsChanged)
+        Some(Notice::Changed)
     );
     ui.unset_setting("k").await.unwrap();
     assert_eq!(
         next_notice(&mut notices, Duration::from_secs(10)).await,
-        Some(Notice::SettingsChanged)
+        Some(Notice::Changed)
     );
     // This daemon's announcement is for the others; theirs is for this one.
     f.db.announce_settings().await.unwrap();
     ui.announce_settings().await.unwrap();
     assert_eq!(
         next_notice(&mut notices, Duration::from_secs(10)).await,
-        Some(Notice::SettingsChanged)
+        Some(Notice::Changed)
     );
     assert_eq!(
         next_notice(&mut notices, Duration::from_millis(300)).await,
         None,
         "one notice for the two announcements"
     );
-    assert!(Db::connect(&f.url).await.unwrap().notices().is_some());
-    assert!(sqlite_fixture().await.unwrap().db.notices().is_none());
+    assert!(
+        Db::connect(&f.url)
+            .await
+            .unwrap()
+            .notices(Topic::Settings)
+            .is_some()
+    );
+    assert!(
+        sqlite_fixture()
+            .await
+            .unwrap()
+            .db
+            .notices(Topic::Settings)
+            .is_none()
+    );
     ui.close().await;
     f.db.close().await;
     assert_eq!(
@@ -356,4 +369,34 @@ async fn a_server_that_never_answers_is_unavailable_instead_of_a_hang() {
         .expect("an answer, not a hang")
         .unwrap_err();
     assert_eq!(tonic::Status::from(err).code(), tonic::Code::Unavailable);
+}
+
+#[tokio::test]
+async fn a_domain_change_by_another_daemon_is_heard_and_an_own_one_is_not() {
+    let Some(f) = postgres_fixture().await else {
+        return;
+    };
+    let mut notices = f.db.notices(Topic::Domains).expect("PostgreSQL listens");
+    assert_eq!(
+        next_notice(&mut notices, Duration::from_secs(10)).await,
+        Some(Notice::Resumed)
+    );
+    let other = Db::connect(&f.url).await.unwrap();
+    other.upsert_domain("a", "{}", 1).await.unwrap();
+    assert_eq!(
+        next_notice(&mut notices, Duration::from_secs(10)).await,
+        Some(Notice::Changed)
+    );
+    f.db.upsert_domain("b", "{}", 2).await.unwrap();
+    assert_eq!(
+        next_notice(&mut notices, Duration::from_millis(300)).await,
+        None,
+        "its own write is not news to it"
+    );
+    other.delete_domain("b").await.unwrap();
+    assert_eq!(
+        next_notice(&mut notices, Duration::from_secs(10)).await,
+        Some(Notice::Changed)
+    );
+    other.close().await;
 }

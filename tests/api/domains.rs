@@ -5,9 +5,21 @@
 use tonic::Code;
 
 use crate::helpers::{
-    Daemon, ProfileConfig, TestApp, db_url, decisions, demo_registry, json_lines, json_of, manifest_dir,
-    next_event, run, search_request, shown, spawn_app, temp_dir,
+    Backend, Daemon, ProfileConfig, TestApp, db_url, decisions, demo_registry, json_lines, json_of,
+    manifest_dir, next_event, run, search_request, shown, spawn_app, spawn_app_on, temp_dir,
 };
+
+crate::on_both_backends!(
+    an_upserted_domain_is_served_everywhere_and_a_second_upsert_replaces_it,
+    a_deleted_domain_is_gone_and_an_unknown_name_is_not_found_with_the_registered_ones,
+    run_time_domains_survive_a_restart_and_a_reload_with_the_same_version,
+    a_domain_the_manifests_define_cannot_be_replaced_or_deleted_at_run_time,
+    invalid_manifests_are_refused_naming_every_problem_and_nothing_changes,
+    a_database_fault_during_an_upsert_or_a_delete_leaves_the_registry_unchanged,
+    concurrent_upserts_all_land_in_the_registry_and_the_database,
+    a_stored_domain_that_no_longer_fits_is_left_out_at_start_and_comes_back_when_it_fits,
+    watchers_hear_of_each_upsert_and_delete_and_profiles_apply_to_run_time_domains,
+);
 
 /// A domain `lab` with one tool and the keyword `oscilloscope`.
 const LAB: &str = r#"{
@@ -39,9 +51,9 @@ fn domain(name: &str, tool: &str) -> String {
 
 /// A server on a manifest folder holding one domain, `base` (tool `base_tool`), so a test can
 /// change the folder and reload.
-async fn on_a_manifest_folder() -> TestApp {
+async fn on_a_manifest_folder(backend: Backend) -> TestApp {
     let base = domain("base", "base_tool");
-    TestApp::builder()
+    TestApp::builder_on(backend)
         .manifests(&[("base.json", &base)])
         .spawn()
         .await
@@ -59,9 +71,8 @@ async fn stored(app: &TestApp) -> Vec<String> {
     rows.into_iter().map(|(name, _)| name).collect()
 }
 
-#[tokio::test]
-async fn an_upserted_domain_is_served_everywhere_and_a_second_upsert_replaces_it() {
-    let mut app = spawn_app().await;
+async fn an_upserted_domain_is_served_everywhere_and_a_second_upsert_replaces_it(backend: Backend) {
+    let mut app = spawn_app_on(backend).await;
     let demo = demo_registry().version();
 
     let first = app.upsert_domain(LAB).await.unwrap();
@@ -112,9 +123,10 @@ async fn an_upserted_domain_is_served_everywhere_and_a_second_upsert_replaces_it
     app.stop().await;
 }
 
-#[tokio::test]
-async fn a_deleted_domain_is_gone_and_an_unknown_name_is_not_found_with_the_registered_ones() {
-    let mut app = spawn_app().await;
+async fn a_deleted_domain_is_gone_and_an_unknown_name_is_not_found_with_the_registered_ones(
+    backend: Backend,
+) {
+    let mut app = spawn_app_on(backend).await;
     let demo = demo_registry().version();
     app.upsert_domain(LAB).await.unwrap();
     app.upsert_domain(&domain("bench", "bench_tool")).await.unwrap();
@@ -144,9 +156,8 @@ async fn a_deleted_domain_is_gone_and_an_unknown_name_is_not_found_with_the_regi
     app.stop().await;
 }
 
-#[tokio::test]
-async fn run_time_domains_survive_a_restart_and_a_reload_with_the_same_version() {
-    let mut app = on_a_manifest_folder().await;
+async fn run_time_domains_survive_a_restart_and_a_reload_with_the_same_version(backend: Backend) {
+    let mut app = on_a_manifest_folder(backend).await;
     app.upsert_domain(LAB).await.unwrap();
     app.upsert_domain(&domain("gone", "gone_tool")).await.unwrap();
     let version = app.delete_domain("gone").await.unwrap().registry_version;
@@ -171,9 +182,8 @@ async fn run_time_domains_survive_a_restart_and_a_reload_with_the_same_version()
     app.stop().await;
 }
 
-#[tokio::test]
-async fn a_domain_the_manifests_define_cannot_be_replaced_or_deleted_at_run_time() {
-    let mut app = spawn_app().await;
+async fn a_domain_the_manifests_define_cannot_be_replaced_or_deleted_at_run_time(backend: Backend) {
+    let mut app = spawn_app_on(backend).await;
     let err = app
         .upsert_domain(&domain("sonarr", "my_sonarr_tool"))
         .await
@@ -199,9 +209,8 @@ async fn a_domain_the_manifests_define_cannot_be_replaced_or_deleted_at_run_time
     app.stop().await;
 }
 
-#[tokio::test]
-async fn invalid_manifests_are_refused_naming_every_problem_and_nothing_changes() {
-    let mut app = TestApp::builder()
+async fn invalid_manifests_are_refused_naming_every_problem_and_nothing_changes(backend: Backend) {
+    let mut app = TestApp::builder_on(backend)
         .config(|c| c.max_message_bytes = 1000)
         .spawn()
         .await;
@@ -290,17 +299,21 @@ async fn invalid_manifests_are_refused_naming_every_problem_and_nothing_changes(
     app.stop().await;
 }
 
-#[tokio::test]
-async fn a_database_fault_during_an_upsert_or_a_delete_leaves_the_registry_unchanged() {
-    let mut app = TestApp::builder()
+async fn a_database_fault_during_an_upsert_or_a_delete_leaves_the_registry_unchanged(backend: Backend) {
+    let mut app = TestApp::builder_on(backend)
         .config(|c| c.busy_timeout = std::time::Duration::from_millis(200))
         .spawn()
         .await;
     let demo = demo_registry().version();
-    let lock = crate::helpers::WriteLock::take(app.dir()).await;
+    let lock = crate::helpers::WriteLock::on(&app).await;
     let err = app.upsert_domain(LAB).await.unwrap_err();
     assert_eq!(err.code(), Code::Unavailable);
-    assert!(err.message().contains("locked"), "{}", err.message());
+    // SQLite: "database is locked"; PostgreSQL: a lock or statement timeout.
+    let cause = match backend {
+        Backend::Sqlite => "locked",
+        Backend::Postgres => "timeout",
+    };
+    assert!(err.message().contains(cause), "{}", err.message());
     let (tools, version) = all_tools(&mut app).await;
     assert_eq!(version, demo);
     assert!(!tools.contains(&"lab_capture_waveform".to_string()));
@@ -309,7 +322,7 @@ async fn a_database_fault_during_an_upsert_or_a_delete_leaves_the_registry_uncha
     let upserted = app.upsert_domain(LAB).await.unwrap();
     assert!(upserted.created, "the refused upsert was not half-applied");
 
-    let lock = crate::helpers::WriteLock::take(app.dir()).await;
+    let lock = crate::helpers::WriteLock::on(&app).await;
     let err = app.delete_domain("lab").await.unwrap_err();
     assert_eq!(err.code(), Code::Unavailable);
     assert_eq!(
@@ -323,9 +336,8 @@ async fn a_database_fault_during_an_upsert_or_a_delete_leaves_the_registry_uncha
     app.stop().await;
 }
 
-#[tokio::test]
-async fn concurrent_upserts_all_land_in_the_registry_and_the_database() {
-    let mut app = spawn_app().await;
+async fn concurrent_upserts_all_land_in_the_registry_and_the_database(backend: Backend) {
+    let mut app = spawn_app_on(backend).await;
     let mut calls = Vec::new();
     for i in 0..8 {
         let mut client = app.client.clone();
@@ -356,9 +368,10 @@ async fn concurrent_upserts_all_land_in_the_registry_and_the_database() {
     app.stop().await;
 }
 
-#[tokio::test]
-async fn a_stored_domain_that_no_longer_fits_is_left_out_at_start_and_comes_back_when_it_fits() {
-    let mut app = on_a_manifest_folder().await;
+async fn a_stored_domain_that_no_longer_fits_is_left_out_at_start_and_comes_back_when_it_fits(
+    backend: Backend,
+) {
+    let mut app = on_a_manifest_folder(backend).await;
     app.upsert_domain(&domain("extra", "shared_tool")).await.unwrap();
     app.upsert_domain(&domain("named", "named_tool")).await.unwrap();
     // The manifests now define `named`, and another domain takes `extra`'s tool name.
@@ -437,9 +450,8 @@ async fn the_daemon_starts_and_warns_about_each_stored_domain_left_out_with_its_
     assert!(warning("broken").contains("malformed JSON"), "{log}");
 }
 
-#[tokio::test]
-async fn watchers_hear_of_each_upsert_and_delete_and_profiles_apply_to_run_time_domains() {
-    let mut app = TestApp::builder()
+async fn watchers_hear_of_each_upsert_and_delete_and_profiles_apply_to_run_time_domains(backend: Backend) {
+    let mut app = TestApp::builder_on(backend)
         .config(|c| {
             c.profiles.insert(
                 "no-lab".into(),

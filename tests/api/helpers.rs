@@ -139,7 +139,7 @@ impl WriteLock {
         if toolrouter::db::is_postgres(url) {
             let mut c = sqlx::PgConnection::connect(url).await.unwrap();
             sqlx::raw_sql(
-                "BEGIN; LOCK TABLE settings, conversations, conversation_domains IN EXCLUSIVE MODE",
+                "BEGIN; LOCK TABLE settings, conversations, conversation_domains, domains IN EXCLUSIVE MODE",
             )
             .execute(&mut c)
             .await
