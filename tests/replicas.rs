@@ -41,16 +41,44 @@ fn three(database: &str, extra: &[&str]) -> Vec<Daemon> {
     (0..3).map(|_| Daemon::start_on(database, &flags)).collect()
 }
 
-/// Three replicas on a fresh database, a client of each, and a settings UI's connection.
+/// Three replicas on a fresh database, a client of each, and a settings UI's connection;
+/// the daemons die with it.
 struct Fleet {
     database: String,
     daemons: Vec<Daemon>,
     clients: Vec<Client>,
     ui: Db,
+    /// The test's hold on the cluster.
+    _hold: Hold,
 }
 
-/// A [`Fleet`] whose settings set `keys` (to `x`) before the replicas start.
-async fn fleet(keys: &[&str], extra: &[&str]) -> Fleet {
+/// A test's hold on the test cluster: shared, or alone (to restart it).
+enum Hold {
+    Shared {
+        _guard: tokio::sync::RwLockReadGuard<'static, ()>,
+    },
+    Alone {
+        _guard: tokio::sync::RwLockWriteGuard<'static, ()>,
+    },
+}
+
+/// A [`Fleet`] whose settings set `keys` (to `x`) before the replicas start, sharing the
+/// cluster with the other tests; `None` without a test server.
+async fn fleet(keys: &[&str], extra: &[&str]) -> Option<Fleet> {
+    postgres_url()?;
+    Some(
+        start(
+            Hold::Shared {
+                _guard: CLUSTER.read().await,
+            },
+            keys,
+            extra,
+        )
+        .await,
+    )
+}
+
+async fn start(hold: Hold, keys: &[&str], extra: &[&str]) -> Fleet {
     let database = fresh_postgres_database().await;
     let ui = Db::connect(&database).await.unwrap();
     for key in keys {
@@ -66,6 +94,7 @@ async fn fleet(keys: &[&str], extra: &[&str]) -> Fleet {
         daemons,
         clients,
         ui,
+        _hold: hold,
     }
 }
 
@@ -113,20 +142,12 @@ fn routed_loaded(r: &toolrouter::proto::RouteResponse, group: &str) -> bool {
 
 #[tokio::test]
 async fn a_settings_write_by_another_program_reaches_all_three_within_500_ms() {
-    if postgres_url().is_none() {
+    let Some(mut f) = fleet(&[], &[]).await else {
         return;
-    }
-    let _cluster = CLUSTER.read().await;
-    // The daemons are bound so they live to the end of the test (dropping one kills it).
-    let Fleet {
-        daemons: _daemons,
-        mut clients,
-        ui,
-        ..
-    } = fleet(&[], &[]).await;
+    };
     // A first change, not measured: each replica's listening connection is up by the end.
-    ui.set_setting("sonarr_url", "x").await.unwrap();
-    until_all_see(&mut clients, "sonarr", true, Instant::now()).await;
+    f.ui.set_setting("sonarr_url", "x").await.unwrap();
+    until_all_see(&mut f.clients, "sonarr", true, Instant::now()).await;
 
     const TRIALS: usize = 20;
     let mut slowest = Vec::with_capacity(TRIALS);
@@ -135,8 +156,8 @@ async fn a_settings_write_by_another_program_reaches_all_three_within_500_ms() {
         let want = trial % 2 == 1;
         let value = if want { "http://nas:8989" } else { " " };
         let written = Instant::now();
-        ui.set_setting("sonarr_url", value).await.unwrap();
-        let seen = until_all_see(&mut clients, "sonarr", want, written).await;
+        f.ui.set_setting("sonarr_url", value).await.unwrap();
+        let seen = until_all_see(&mut f.clients, "sonarr", want, written).await;
         slowest.push(seen.into_iter().max().unwrap());
     }
     let mut sorted = slowest.clone();
@@ -154,94 +175,80 @@ async fn a_settings_write_by_another_program_reaches_all_three_within_500_ms() {
             "trial {trial}: {took:?} until all three saw the change"
         );
     }
-    ui.close().await;
+    f.ui.close().await;
 }
 
 #[tokio::test]
 async fn a_group_loaded_through_one_replica_is_loaded_on_the_others_next_call() {
-    if postgres_url().is_none() {
+    let Some(mut f) = fleet(&[], &[]).await else {
         return;
-    }
-    let _cluster = CLUSTER.read().await;
-    // The daemons are bound so they live to the end of the test (dropping one kills it).
-    let Fleet {
-        daemons: _daemons,
-        mut clients,
-        ui,
-        ..
-    } = fleet(&[], &[]).await;
+    };
     // A settings UI that writes without the trigger seeing it would still reach every
     // replica through one InvalidateSettings; here the write and the call both tell them.
-    ui.set_setting("sonarr_url", "x").await.unwrap();
-    clients[0]
+    f.ui.set_setting("sonarr_url", "x").await.unwrap();
+    f.clients[0]
         .invalidate_settings(InvalidateSettingsRequest {})
         .await
         .unwrap();
-    until_all_see(&mut clients, "sonarr", true, Instant::now()).await;
+    until_all_see(&mut f.clients, "sonarr", true, Instant::now()).await;
     // B and C know the conversation (cached, nothing loaded) before A loads into it.
-    for c in &mut clients[1..] {
+    for c in &mut f.clients[1..] {
         let r = c.route(route_request("thanks", "c1")).await.unwrap().into_inner();
         assert!(!routed_loaded(&r, "sonarr"));
     }
-    let loaded = clients[0]
+    let loaded = f.clients[0]
         .load_tool_group(load_request("c1", "sonarr"))
         .await
         .unwrap()
         .into_inner();
     assert!(!loaded.already_loaded);
-    for (i, c) in clients.iter_mut().enumerate().skip(1) {
+    for (i, c) in f.clients.iter_mut().enumerate().skip(1) {
         let r = c.route(route_request("thanks", "c1")).await.unwrap().into_inner();
         assert!(routed_loaded(&r, "sonarr"), "replica {i}: {:?}", reasons(&r));
         let again = c.load_tool_group(load_request("c1", "sonarr")).await.unwrap();
         assert!(again.into_inner().already_loaded, "replica {i}");
     }
     // A reset on C is seen by A.
-    clients[2]
+    f.clients[2]
         .reset_conversation(toolrouter::proto::ResetConversationRequest {
             conversation_id: "c1".into(),
         })
         .await
         .unwrap();
-    let r = clients[0]
+    let r = f.clients[0]
         .route(route_request("thanks", "c1"))
         .await
         .unwrap()
         .into_inner();
     assert!(!routed_loaded(&r, "sonarr"), "{:?}", reasons(&r));
-    ui.close().await;
+    f.ui.close().await;
 }
 
 #[tokio::test]
 async fn a_domain_upserted_or_deleted_through_one_replica_is_served_so_by_the_others() {
-    if postgres_url().is_none() {
+    let Some(mut f) = fleet(&[], &[]).await else {
         return;
-    }
-    let _cluster = CLUSTER.read().await;
-    let Fleet {
-        daemons: _daemons,
-        mut clients,
-        ..
-    } = fleet(&[], &[]).await;
+    };
     let manifest_json = r#"{"name":"lab","keywords":["oscilloscope"],"tools":[{"name":"lab_probe","description":"Probes the lab bench"}]}"#;
-    clients[0]
+    f.clients[0]
         .upsert_domain(toolrouter::proto::UpsertDomainRequest {
             manifest_json: manifest_json.into(),
         })
         .await
         .unwrap();
     // No call tells B and C: the table's notification makes them rebuild their registry.
-    until_all_list(&mut clients, "lab", true).await;
-    let r = clients[2]
+    until_all_list(&mut f.clients, "lab", true).await;
+    let r = f.clients[2]
         .route(route_request("read the oscilloscope", ""))
         .await
         .unwrap()
         .into_inner();
     assert!(reasons(&r).iter().any(|(d, _)| d == "lab"), "{:?}", reasons(&r));
-    clients[1]
+    f.clients[1]
         .delete_domain(toolrouter::proto::DeleteDomainRequest { name: "lab".into() })
         .await
         .unwrap();
-    until_all_list(&mut clients, "lab", false).await;
+    until_all_list(&mut f.clients, "lab", false).await;
 }
 
 /// Waits until every replica lists `group` (or none does).
@@ -268,18 +275,11 @@ async fn until_all_list(clients: &mut [Client], group: &str, want: bool) {
 
 #[tokio::test]
 async fn after_sigkill_of_one_replica_the_others_answer_and_nothing_acknowledged_is_lost() {
-    if postgres_url().is_none() {
+    let Some(mut f) = fleet(&["sonarr_url", "radarr_url", "qbittorrent_url"], &[]).await else {
         return;
-    }
-    let _cluster = CLUSTER.read().await;
-    let Fleet {
-        mut daemons,
-        mut clients,
-        ui,
-        ..
-    } = fleet(&["sonarr_url", "radarr_url", "qbittorrent_url"], &[]).await;
+    };
     // Loads through A, as fast as it answers, until it is killed.
-    let mut a = clients[0].clone();
+    let mut a = f.clients[0].clone();
     let loader = tokio::spawn(async move {
         let mut acknowledged = Vec::new();
         for n in 0.. {
@@ -293,14 +293,14 @@ async fn after_sigkill_of_one_replica_the_others_answer_and_nothing_acknowledged
         acknowledged
     });
     tokio::time::sleep(Duration::from_millis(500)).await;
-    daemons[0].signal("KILL");
+    f.daemons[0].signal("KILL");
     let acknowledged = loader.await.unwrap();
     assert!(!acknowledged.is_empty());
     report(&format!(
         "{} loads acknowledged by the replica before SIGKILL",
         acknowledged.len()
     ));
-    for (i, c) in clients.iter_mut().enumerate().skip(1) {
+    for (i, c) in f.clients.iter_mut().enumerate().skip(1) {
         for (conversation, group) in &acknowledged {
             let r = c
                 .route(route_request("thanks", conversation))
@@ -314,8 +314,8 @@ async fn after_sigkill_of_one_replica_the_others_answer_and_nothing_acknowledged
             );
         }
     }
-    assert!(daemons[0].exit(PATIENCE).await.is_some());
-    ui.close().await;
+    assert!(f.daemons[0].exit(PATIENCE).await.is_some());
+    f.ui.close().await;
 }
 
 /// Runs the test cluster's pg_ctl (`.ci/postgres.sh` writes one that runs as its owner).
@@ -347,23 +347,20 @@ async fn a_postgres_restart_under_load_is_ridden_out_and_recovered_from_by_itsel
         );
         return;
     };
-    let _cluster = CLUSTER.write().await;
     // A short busy timeout: calls against the stopped server end within two seconds.
-    let Fleet {
-        database,
-        daemons: _daemons,
-        mut clients,
-        ui,
-    } = fleet(&["sonarr_url", "radarr_url"], &["--busy-timeout", "1s"]).await;
-    ui.close().await;
-    for c in &mut clients {
+    let hold = Hold::Alone {
+        _guard: CLUSTER.write().await,
+    };
+    let mut f = start(hold, &["sonarr_url", "radarr_url"], &["--busy-timeout", "1s"]).await;
+    f.ui.close().await;
+    for c in &mut f.clients {
         c.load_tool_group(load_request("c1", "sonarr")).await.unwrap();
     }
 
     // Route on every replica, with and without a conversation, throughout.
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut load = Vec::new();
-    for (i, c) in clients.iter().enumerate() {
+    for (i, c) in f.clients.iter().enumerate() {
         let (mut c, stop) = (c.clone(), stop.clone());
         load.push(tokio::spawn(async move {
             let mut outcomes = Outcomes::new();
@@ -385,11 +382,11 @@ async fn a_postgres_restart_under_load_is_ridden_out_and_recovered_from_by_itsel
     tokio::time::sleep(Duration::from_millis(300)).await;
 
     pg_ctl(&ctl, &["stop", "-m", "fast", "-w"]);
-    for (i, c) in clients.iter_mut().enumerate() {
+    for (i, c) in f.clients.iter_mut().enumerate() {
         let r = c
             .route(route_request("thanks", "c1"))
             .await
-            .unwrap_or_else(|s| panic!("replica {i}: Route while the database is down: {s}"))
+            .unwrap_or_else(|s| panic!("replica {i}: Route while the f.database is down: {s}"))
             .into_inner();
         assert!(routed_loaded(&r, "sonarr"), "replica {i}: {:?}", reasons(&r));
         let err = c
@@ -404,7 +401,7 @@ async fn a_postgres_restart_under_load_is_ridden_out_and_recovered_from_by_itsel
     // Each replica recovers by itself: its next writes succeed, and it hears settings
     // changes again (its listening connection is back).
     let started = Instant::now();
-    for (i, c) in clients.iter_mut().enumerate() {
+    for (i, c) in f.clients.iter_mut().enumerate() {
         loop {
             match c
                 .load_tool_group(load_request(&format!("after-{i}"), "radarr"))
@@ -423,9 +420,9 @@ async fn a_postgres_restart_under_load_is_ridden_out_and_recovered_from_by_itsel
         "PostgreSQL restarted: writes succeeded on all 3 replicas {:.0} ms after it was back",
         started.elapsed().as_secs_f64() * 1e3
     ));
-    let ui = Db::connect(&database).await.unwrap();
-    ui.set_setting("radarr_url", "").await.unwrap();
-    until_all_see(&mut clients, "radarr", false, Instant::now()).await;
+    f.ui = Db::connect(&f.database).await.unwrap();
+    f.ui.set_setting("radarr_url", "").await.unwrap();
+    until_all_see(&mut f.clients, "radarr", false, Instant::now()).await;
 
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let mut outcomes = Outcomes::new();
@@ -439,5 +436,5 @@ async fn a_postgres_restart_under_load_is_ridden_out_and_recovered_from_by_itsel
         outcomes.keys().all(|k| k.ends_with("Route OK")),
         "every Route answered from the last snapshot: {outcomes:?}"
     );
-    ui.close().await;
+    f.ui.close().await;
 }
