@@ -5,18 +5,21 @@ CREATE TABLE IF NOT EXISTS settings (
     value TEXT NOT NULL
 );
 
--- Any change to the table, by anyone, tells every listening daemon to re-read the whole
--- snapshot. One notification per statement, sent when its transaction commits (PostgreSQL
--- folds a transaction's identical notifications into one). The daemons' own
--- InvalidateSettings sends the same notification with the sender as payload.
-CREATE OR REPLACE FUNCTION toolrouter_settings_changed() RETURNS trigger
+-- Notifies the channel named by the trigger's argument when its table changes, with the
+-- writer's application name as payload (each daemon connects under a name of its own and
+-- ignores what it wrote itself). Sent when the transaction commits; PostgreSQL folds a
+-- transaction's identical notifications into one.
+CREATE OR REPLACE FUNCTION toolrouter_notify() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM pg_notify('toolrouter_settings', '');
+    PERFORM pg_notify(TG_ARGV[0], current_setting('application_name'));
     RETURN NULL;
 END
 $$;
 
+-- Any change to the table, by anyone, tells every listening daemon to re-read the whole
+-- snapshot: one notification per statement. A daemon's InvalidateSettings sends the same
+-- notification.
 CREATE TRIGGER settings_changed
     AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON settings
-    FOR EACH STATEMENT EXECUTE FUNCTION toolrouter_settings_changed();
+    FOR EACH STATEMENT EXECUTE FUNCTION toolrouter_notify('toolrouter_settings');

@@ -8,17 +8,8 @@ CREATE TABLE domains (
     updated_at BIGINT NOT NULL
 );
 
--- Every change tells the other daemons to rebuild their registry: one notification per
--- statement, with the writer's application name as payload (each daemon connects under a name
--- of its own, and ignores what it wrote itself).
-CREATE OR REPLACE FUNCTION toolrouter_domains_changed() RETURNS trigger
-LANGUAGE plpgsql AS $$
-BEGIN
-    PERFORM pg_notify('toolrouter_domains', current_setting('application_name'));
-    RETURN NULL;
-END
-$$;
-
+-- Every change tells the other daemons to rebuild their registry (one notification per
+-- statement; toolrouter_notify is migration 0001's).
 CREATE TRIGGER domains_changed
     AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON domains
-    FOR EACH STATEMENT EXECUTE FUNCTION toolrouter_domains_changed();
+    FOR EACH STATEMENT EXECUTE FUNCTION toolrouter_notify('toolrouter_domains');

@@ -8,7 +8,7 @@
 //!
 //! **Notifications.** A trigger on `settings` (migration 0001) sends a notification on
 //! [`SETTINGS_CHANNEL`] for every change, and `InvalidateSettings` sends one too; a trigger
-//! on `domains` (migration 0003) sends one on [`DOMAINS_CHANNEL`], with the writer's
+//! on `domains` (migration 0003) sends one on [`DOMAINS_CHANNEL`]; each carries the writer's
 //! application name as payload. Each daemon connects under an application name of its own
 //! (its origin) and ignores what it sent itself. [`listen`] keeps one connection listening to
 //! one channel, reconnecting with backoff, and reports a resumed connection, since whatever
