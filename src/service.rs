@@ -498,7 +498,7 @@ impl ToolRouter for ToolRouterService {
                     .hits
                     .iter()
                     .map(|h| {
-                        let i = view.renders.tool(h.domain, h.tool);
+                        let i = view.registry.tool_range(h.domain).start + h.tool;
                         rendered.span(i..i + 1)
                     })
                     .collect();
@@ -550,6 +550,7 @@ impl ToolRouter for ToolRouterService {
             config_toml: d.config_toml,
         }))
     }
+
     async fn check_tool_call(
         &self,
         request: Request<proto::CheckToolCallRequest>,

@@ -268,6 +268,23 @@ mod tests {
     #[derive(Clone, Default)]
     struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
 
+    impl Captured {
+        /// Captures this thread's log output while the guard lives.
+        fn on_this_thread() -> (Captured, tracing::subscriber::DefaultGuard) {
+            let logs = Captured::default();
+            let writer = logs.clone();
+            let subscriber = tracing_subscriber::fmt()
+                .with_writer(move || writer.clone())
+                .with_ansi(false)
+                .finish();
+            (logs, tracing::subscriber::set_default(subscriber))
+        }
+
+        fn text(&self) -> String {
+            String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
+        }
+    }
+
     impl std::io::Write for Captured {
         fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
             self.0.lock().unwrap().extend_from_slice(buf);
@@ -280,13 +297,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_failing_table_keeps_the_last_snapshot_logs_once_per_streak_and_recovers() {
-        let logs = Captured::default();
-        let writer = logs.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(move || writer.clone())
-            .with_ansi(false)
-            .finish();
-        let _default = tracing::subscriber::set_default(subscriber);
+        let (logs, _default) = Captured::on_this_thread();
 
         let ttl = Duration::from_millis(50);
         let (dir, cache, ui) = setup(ttl).await;
@@ -306,7 +317,7 @@ mod tests {
         assert!(cache.get().await.is_set("k"));
         assert!(cache.failure().is_none(), "recovered by itself");
 
-        let text = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+        let text = logs.text();
         let failures = text.matches("cannot read the settings table").count();
         assert_eq!(failures, 1, "one log line per failure streak:\n{text}");
         assert_eq!(text.matches("readable again").count(), 1, "{text}");
@@ -314,13 +325,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_invalid_disabled_tools_value_is_ignored_and_logged_once_per_value() {
-        let logs = Captured::default();
-        let writer = logs.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(move || writer.clone())
-            .with_ansi(false)
-            .finish();
-        let _default = tracing::subscriber::set_default(subscriber);
+        let (logs, _default) = Captured::on_this_thread();
 
         let (_dir, cache, ui) = setup(Duration::from_secs(3600)).await;
         let key = crate::router::DISABLED_TOOLS_KEY;
@@ -336,7 +341,7 @@ mod tests {
         assert_eq!(s.disabled().as_slice(), ["a*", "b"]);
         assert!(s.disabled().matches("abc") && !s.disabled().matches("bc"));
 
-        let text = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+        let text = logs.text();
         assert_eq!(
             text.matches("ignoring the disabled tools setting").count(),
             4,

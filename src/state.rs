@@ -154,7 +154,7 @@ impl<'a> Scope<'a> {
 
     /// A domain's visible tools as runs of rendered tools (registry-order ranges).
     pub fn runs(&self, d: DomainId) -> impl Iterator<Item = std::ops::Range<usize>> + 'a {
-        self.activation.runs(self.view.renders.domain(d))
+        self.activation.runs(self.view.registry.tool_range(d))
     }
 
     /// A domain's visible tools' tokens in `format`.
@@ -779,16 +779,17 @@ impl State {
         };
         let routed = self.route("", options).await?;
         let scope = routed.view.scope(profile);
+        let shown = |d: DomainId| routed.decision.domains.iter().any(|inc| inc.domain == d);
         let (domain, refusal) = router::check_call(
             &routed.view.registry,
             &routed.view.settings,
             scope.profile,
             scope.activation,
             tool,
-            |d| routed.decision.domains.iter().any(|inc| inc.domain == d),
+            shown,
         );
         let visible_now = domain.is_some_and(|d| {
-            routed.decision.domains.iter().any(|inc| inc.domain == d)
+            shown(d)
                 && scope
                     .activation
                     .visible_tools(&routed.view.registry, d)

@@ -48,7 +48,7 @@ impl Prepared {
             self.workload
                 .registry
                 .domain_ids()
-                .map(|d| r.span(self.renders.domain(d))),
+                .map(|d| r.span(self.workload.registry.tool_range(d))),
         );
         pieces
     }

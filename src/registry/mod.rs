@@ -136,6 +136,9 @@ pub struct Registry {
     keyword_domain: Vec<DomainId>,
     /// `keyword_start[d]` is the position of domain `d`'s first keyword.
     keyword_start: Vec<usize>,
+    /// `tool_start[d]` is the registry-order index of domain `d`'s first tool; one more
+    /// entry marks the end.
+    tool_start: Vec<usize>,
     version: u64,
 }
 
@@ -205,9 +208,12 @@ impl Registry {
             .collect();
         let mut keyword_domain = Vec::new();
         let mut keyword_start = Vec::with_capacity(domains.len());
+        let mut tool_start = Vec::with_capacity(domains.len() + 1);
+        tool_start.push(0);
         for (i, d) in domains.iter().enumerate() {
             keyword_start.push(keyword_domain.len());
             keyword_domain.extend(std::iter::repeat_n(DomainId(i), d.keywords.len()));
+            tool_start.push(tool_start[i] + d.tools.len());
         }
         let version = content_hash(&domains);
         Registry {
@@ -215,6 +221,7 @@ impl Registry {
             by_name,
             keyword_domain,
             keyword_start,
+            tool_start,
             version,
         }
     }
@@ -424,7 +431,13 @@ impl Registry {
 
     /// Number of tools in all domains.
     pub fn tool_count(&self) -> usize {
-        self.domains.iter().map(|d| d.tools.len()).sum()
+        self.tool_start[self.domains.len()]
+    }
+
+    /// Domain `d`'s tools as registry-order indices (every domain's tools in domain order,
+    /// each in manifest order): how renders and tool masks are laid out.
+    pub fn tool_range(&self, d: DomainId) -> std::ops::Range<usize> {
+        self.tool_start[d.0]..self.tool_start[d.0 + 1]
     }
 
     /// A 64-bit hash of the content: equal registries give equal versions, across restarts.

@@ -240,26 +240,16 @@ pub fn assemble(pieces: &[&[u8]]) -> Vec<u8> {
 
 /// Every tool of a registry rendered, per format: the OpenAI chat format at once (its
 /// token counts are `Group.tokens` and what `check` reports), the others on first use.
+/// Tools are in registry order, so [`Registry::tool_range`] gives a domain's.
 #[derive(Debug)]
 pub struct Renders {
-    /// `first_tool[d]` is the registry-order index of domain `d`'s first tool; one more
-    /// entry marks the end.
-    first_tool: Vec<usize>,
     formats: [OnceLock<Rendered>; 5],
 }
 
 impl Renders {
     /// Renders the registry in the OpenAI chat format; the others wait for [`Renders::get`].
     pub fn new(registry: &Registry) -> Renders {
-        let mut first_tool = Vec::with_capacity(registry.domains().len() + 1);
-        let mut n = 0;
-        for d in registry.domains() {
-            first_tool.push(n);
-            n += d.tools.len();
-        }
-        first_tool.push(n);
         let renders = Renders {
-            first_tool,
             formats: Default::default(),
         };
         renders.get(registry, Format::OpenAiChat);
@@ -273,19 +263,10 @@ impl Renders {
             .get_or_init(|| Rendered::new(registry.domains().iter().flat_map(|d| &d.tools), format))
     }
 
-    /// Domain `d`'s tools, as a range of [`Rendered`] indices.
-    pub fn domain(&self, d: DomainId) -> Range<usize> {
-        self.first_tool[d.index()]..self.first_tool[d.index() + 1]
-    }
-
     /// Domain `d`'s tokens in the OpenAI chat format.
     pub fn domain_tokens(&self, registry: &Registry, d: DomainId) -> u32 {
-        self.get(registry, Format::OpenAiChat).tokens(self.domain(d))
-    }
-
-    /// The registry-order index of a domain's tool.
-    pub fn tool(&self, d: DomainId, i: usize) -> usize {
-        self.first_tool[d.index()] + i
+        self.get(registry, Format::OpenAiChat)
+            .tokens(registry.tool_range(d))
     }
 
     /// Bytes held by the formats rendered so far.

@@ -196,8 +196,8 @@ fn tokens_are_each_tools_exact_count_and_spans_assemble_into_arrays() {
         let mut domain_sum = 0;
         let mut pieces = Vec::new();
         for d in registry.domain_ids() {
-            domain_sum += r.tokens(renders.domain(d));
-            pieces.push(r.span(renders.domain(d)));
+            domain_sum += r.tokens(registry.tool_range(d));
+            pieces.push(r.span(registry.tool_range(d)));
         }
         assert_eq!(domain_sum, total);
         let array = parse(&assemble(&pieces));

@@ -87,8 +87,6 @@ fn disabled_tools(value: &str) -> Result<Patterns, String> {
 struct Hidden {
     /// `visible[t]` for every tool in registry order (domain order, then manifest order).
     visible: Vec<bool>,
-    /// `first_tool[d]` is the registry-order index of domain `d`'s first tool.
-    first_tool: Vec<usize>,
     /// Visible tools per domain.
     counts: Vec<u32>,
     /// Domains the profile's domain patterns let through.
@@ -191,13 +189,6 @@ impl Activation {
         self.hidden.as_ref().is_none_or(|h| h.allowed[d.index()])
     }
 
-    /// Whether tool `i` of domain `d` is visible under the policy.
-    pub fn tool_visible(&self, d: DomainId, i: usize) -> bool {
-        self.hidden
-            .as_ref()
-            .is_none_or(|h| h.visible[h.first_tool[d.index()] + i])
-    }
-
     /// Visibility of every tool in registry order; `None` when every tool is visible.
     pub fn tool_mask(&self) -> Option<&[bool]> {
         self.hidden.as_ref().map(|h| h.visible.as_slice())
@@ -216,12 +207,13 @@ impl Activation {
         registry: &'a Registry,
         d: DomainId,
     ) -> impl Iterator<Item = &'a Tool> + 'a {
+        let mask = self.hidden.as_ref().map(|h| &h.visible[registry.tool_range(d)]);
         registry
             .domain(d)
             .tools
             .iter()
             .enumerate()
-            .filter(move |&(i, _)| self.tool_visible(d, i))
+            .filter(move |&(i, _)| mask.is_none_or(|m| m[i]))
             .map(|(_, t)| t)
     }
 
@@ -310,14 +302,12 @@ fn hide(registry: &Registry, disabled: &Patterns, profile: Option<&Profile>) -> 
     let domains = registry.domains();
     let mut hidden = Hidden {
         visible: Vec::with_capacity(registry.tool_count()),
-        first_tool: Vec::with_capacity(domains.len()),
         counts: Vec::with_capacity(domains.len()),
         allowed: Vec::with_capacity(domains.len()),
         shown: Vec::with_capacity(domains.len()),
     };
     for d in domains {
         let allowed = profile.is_none_or(|p| p.allows_domain(&d.name));
-        hidden.first_tool.push(hidden.visible.len());
         hidden.allowed.push(allowed);
         let mut count = 0;
         for t in &d.tools {
