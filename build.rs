@@ -13,6 +13,24 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         // A request that does not decode is INVALID_ARGUMENT, not tonic's INTERNAL (SPEC §6).
         .codec_path("crate::codec::Codec")
         .file_descriptor_set_path(out_dir.join("toolrouter_descriptor.bin"))
+        // The server's trait is generated below, apart.
+        .build_server(false)
+        .compile_protos(&["proto/toolrouter/v1/router.proto"], &["proto"])?;
+
+    // The server's trait: the messages above, except the answers whose tools are written
+    // from bytes encoded once per registry (`crate::wire`).
+    let server_dir = out_dir.join("server");
+    std::fs::create_dir_all(&server_dir)?;
+    tonic_prost_build::configure()
+        .codec_path("crate::codec::Codec")
+        .build_client(false)
+        .extern_path(".toolrouter.v1", "crate::proto")
+        .extern_path(".toolrouter.v1.RouteResponse", "crate::wire::RouteResponse")
+        .extern_path(
+            ".toolrouter.v1.ListAllToolsResponse",
+            "crate::wire::ListAllToolsResponse",
+        )
+        .out_dir(&server_dir)
         .compile_protos(&["proto/toolrouter/v1/router.proto"], &["proto"])?;
 
     // serde impls following protobuf's canonical JSON mapping (lowerCamelCase names, 64-bit

@@ -27,6 +27,8 @@
 //!   activation), the registry composed of the manifests and the domains registered at run
 //!   time, and the operations that ask the router and persist what it changed.
 //! - [`telemetry`]: one log line per call and the Prometheus metrics.
+//! - [`wire`]: the answers whose tools are written from bytes encoded once per registry,
+//!   and the generated server trait that sends them.
 //! - [`service`]: the tonic `ToolRouter` service: requests parsed at the edge, domain types
 //!   into proto; `codec`: its protobuf codec (a request that does not decode is
 //!   `INVALID_ARGUMENT`); `guard`: auth (tokens bound to profiles too), load shedding and the per-request timeout.
@@ -51,6 +53,7 @@ pub mod state;
 pub mod telemetry;
 pub(crate) mod codec;
 pub(crate) mod guard;
+pub mod wire;
 pub mod service;
 pub mod server;
 pub mod cli;

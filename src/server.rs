@@ -30,9 +30,9 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::guard::Guard;
 
-use crate::proto::tool_router_server::ToolRouterServer;
 use crate::service::{Limits, ToolRouterService};
 use crate::state::State;
+use crate::wire::tool_router_server::ToolRouterServer;
 
 /// Bytes allowed in a request beyond the message limit, for the other fields and framing.
 const REQUEST_OVERHEAD_BYTES: usize = 4096;

@@ -5,12 +5,13 @@ use tonic::{Request, Response, Status};
 
 use crate::error::{Error, Result};
 use crate::guard::BoundProfile;
-use crate::proto::{self, tool_router_server::ToolRouter};
-use crate::registry::{DomainId, Registry, Tool};
-use crate::render::{Format, assemble};
+use crate::proto;
+use crate::registry::{DomainId, Registry};
+use crate::render::{Format, assemble, native};
 use crate::router::{ProfileId, Reason, Refusal};
 use crate::state::{CallCheck, Loaded, RouteOptions, Routed, Scope, State};
 use crate::telemetry::{CallSummary, conversation_hash};
+use crate::wire::{self, Spliced, tool_router_server::ToolRouter};
 
 /// Longest accepted `conversation_id` or `group_name`, in bytes.
 pub(crate) const MAX_CONVERSATION_ID_BYTES: usize = 256;
@@ -140,16 +141,6 @@ fn counted(format: Option<Format>) -> Format {
     format.unwrap_or(Format::OpenAiChat)
 }
 
-fn tool(domain: &str, t: &Tool) -> proto::Tool {
-    proto::Tool {
-        name: t.name.clone(),
-        description: t.description.clone(),
-        input_schema_json: t.input_schema_json.clone(),
-        domain: domain.to_string(),
-        tier: t.tier.as_str().to_string(),
-    }
-}
-
 /// A domain's tools the consumer sees, native.
 fn domain_tools<'a>(scope: Scope<'a>, d: DomainId) -> impl Iterator<Item = proto::Tool> + 'a {
     let registry = &scope.view.registry;
@@ -157,7 +148,7 @@ fn domain_tools<'a>(scope: Scope<'a>, d: DomainId) -> impl Iterator<Item = proto
     scope
         .activation
         .visible_tools(registry, d)
-        .map(move |t| tool(name, t))
+        .map(move |t| native(name, t))
 }
 
 /// A group with the tools the consumer sees.
@@ -207,7 +198,7 @@ impl ToolRouter for ToolRouterService {
     async fn route(
         &self,
         request: Request<proto::RouteRequest>,
-    ) -> Result<Response<proto::RouteResponse>, Status> {
+    ) -> Result<Response<wire::RouteResponse>, Status> {
         let profile = self.profile(&request, &request.get_ref().profile)?;
         let req = request.into_inner();
         self.check_text(&req.message, "message")?;
@@ -256,26 +247,24 @@ impl ToolRouter for ToolRouterService {
             group: None,
             tokens: Some((tokens, counted(format).as_str())),
         };
+        // The tools are written from the registry's encoded or rendered bytes: native, the
+        // meta-tools are the message's own and the domains' tools follow them.
+        let mut pieces = Vec::with_capacity(decision.domains.len() + 1);
         let mut tools = Vec::new();
-        let mut tools_json = Vec::new();
         if format.is_none() {
-            tools.reserve_exact(tool_count);
-            tools.extend(
-                decision
-                    .tools(registry, scope.activation)
-                    .map(|(d, t)| tool(d, t)),
-            );
+            tools.extend(decision.meta_tools(scope.activation).map(|t| native("", t)));
+            for inc in &decision.domains {
+                scope.push_native(inc.domain, &mut pieces);
+            }
         } else {
-            let mut pieces = Vec::with_capacity(decision.domains.len() + 1);
             pieces.push(meta.all());
             for inc in &decision.domains {
                 scope.push_pieces(inc.domain, counted(format), &mut pieces);
             }
-            tools_json = assemble(&pieces);
         }
-        let mut response = Response::new(proto::RouteResponse {
+        let message = proto::RouteResponse {
             tools,
-            tools_json,
+            tools_json: Vec::new(),
             tokens,
             dropped: dropped
                 .iter()
@@ -314,7 +303,12 @@ impl ToolRouter for ToolRouterService {
                 .collect(),
             fallback: decision.fallback,
             registry_version: registry.version(),
-        });
+        };
+        let answer = match format {
+            None => Spliced::new(message).with_entries(pieces),
+            Some(_) => Spliced::new(message).with_array(wire::ROUTE_TOOLS_JSON, pieces),
+        };
+        let mut response = Response::new(answer);
         response.extensions_mut().insert(summary);
         Ok(response)
     }
@@ -378,7 +372,7 @@ impl ToolRouter for ToolRouterService {
     async fn list_all_tools(
         &self,
         request: Request<proto::ListAllToolsRequest>,
-    ) -> Result<Response<proto::ListAllToolsResponse>, Status> {
+    ) -> Result<Response<wire::ListAllToolsResponse>, Status> {
         let profile = self.profile(&request, &request.get_ref().profile)?;
         let format = format(request.into_inner().format)?;
         let view = self.state.view().await;
@@ -393,26 +387,26 @@ impl ToolRouter for ToolRouterService {
             .chain(registry.domain_ids().filter(|&d| !registry.domain(d).core))
             .filter(visible)
             .collect();
-        let mut tools = Vec::new();
-        let mut tools_json = Vec::new();
-        if format.is_none() {
-            tools = ordered.iter().flat_map(|&d| domain_tools(scope, d)).collect();
-        } else {
-            let mut pieces = Vec::with_capacity(ordered.len());
-            for &d in &ordered {
-                scope.push_pieces(d, counted(format), &mut pieces);
+        let mut pieces = Vec::with_capacity(ordered.len());
+        for &d in &ordered {
+            match format {
+                None => scope.push_native(d, &mut pieces),
+                Some(f) => scope.push_pieces(d, f, &mut pieces),
             }
-            tools_json = assemble(&pieces);
         }
-        Ok(Response::new(proto::ListAllToolsResponse {
-            tools,
-            tools_json,
+        let message = proto::ListAllToolsResponse {
+            tools: Vec::new(),
+            tools_json: Vec::new(),
             tokens: ordered
                 .iter()
                 .map(|&d| scope.domain_tokens(d, counted(format)))
                 .sum(),
             groups: groups(scope),
             registry_version: registry.version(),
+        };
+        Ok(Response::new(match format {
+            None => Spliced::new(message).with_entries(pieces),
+            Some(_) => Spliced::new(message).with_array(wire::LIST_ALL_TOOLS_JSON, pieces),
         }))
     }
 
@@ -478,7 +472,7 @@ impl ToolRouter for ToolRouterService {
                 let d = view.registry.domain(h.domain);
                 let active = scope.activation.is_active(h.domain);
                 proto::ToolHit {
-                    tool: Some(tool(&d.name, &d.tools[h.tool])),
+                    tool: Some(native(&d.name, &d.tools[h.tool])),
                     score: h.score,
                     matched_terms: h.terms.clone(),
                     active,
@@ -494,7 +488,7 @@ impl ToolRouter for ToolRouterService {
             None => Vec::new(),
             Some(f) => {
                 let rendered = view.rendered(f);
-                let pieces: Vec<&[u8]> = found
+                let pieces: Vec<_> = found
                     .hits
                     .iter()
                     .map(|h| {

@@ -9,6 +9,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
+use bytes::Bytes;
 
 use crate::config::Config;
 use crate::conversations::Conversations;
@@ -172,9 +173,15 @@ impl<'a> Scope<'a> {
     }
 
     /// Pushes a domain's visible tools, rendered in `format`, onto an answer's pieces.
-    pub fn push_pieces(&self, d: DomainId, format: Format, pieces: &mut Vec<&'a [u8]>) {
+    pub fn push_pieces(&self, d: DomainId, format: Format, pieces: &mut Vec<Bytes>) {
         let rendered = self.view.rendered(format);
         pieces.extend(self.runs(d).map(|r| rendered.span(r)));
+    }
+
+    /// Appends a domain's visible tools as native `Tool` entries encoded once per registry.
+    pub fn push_native(&self, d: DomainId, entries: &mut Vec<Bytes>) {
+        let encoded = self.view.renders.native(&self.view.registry);
+        entries.extend(self.runs(d).map(|r| encoded.span(r)));
     }
 }
 

@@ -1,21 +1,25 @@
 //! The transport floor: a server with the same `Route` RPC that answers without routing,
 //! with responses prebuilt from the real daemon's answers: the answer the daemon gave for
 //! the same message text when there is one, else the one of mean size. The bytes on the
-//! wire then match the daemon's, request for request, and only the routing differs.
+//! wire then match the daemon's, request for request, and only the routing differs. Each
+//! answer is encoded once, ahead of time, and written as it is: the fastest a server can
+//! send those bytes.
 //! Measuring it beside the daemon separates the cost of routing from the cost of gRPC
 //! (`toolrouter-bench baseline-server`, driven by `benches/grpc.sh`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use bytes::Bytes;
 use prost::Message as _;
 use tonic::{Request, Response, Status};
 use toolrouter::Error;
 use toolrouter::config::Config;
-use toolrouter::proto::{self, tool_router_server::ToolRouter};
+use toolrouter::proto;
 use toolrouter::registry::Registry;
 use toolrouter::service::{Limits, ToolRouterService};
 use toolrouter::state::State;
+use toolrouter::wire::{self, Spliced, tool_router_server::ToolRouter};
 
 /// Serves the baseline on `config.listen` until Ctrl-C or SIGTERM, with health: the answers
 /// are what the daemon, configured by `config`, gives for `messages`.
@@ -44,7 +48,8 @@ pub async fn serve(config: &Config, messages: Vec<String>) -> toolrouter::Result
                 .route(req)
                 .await
                 .map_err(|s| Error::Config(format!("the daemon refuses {message:?}: {}", s.message())))?;
-            answers.push(((i32::from(format), message.clone()), answer.into_inner()));
+            let encoded = Bytes::from(answer.into_inner().encode_to_vec());
+            answers.push(((i32::from(format), message.clone()), encoded));
         }
     }
     state.close().await;
@@ -63,7 +68,7 @@ pub async fn serve(config: &Config, messages: Vec<String>) -> toolrouter::Result
         .await;
     tonic::transport::Server::builder()
         .add_service(health)
-        .add_service(proto::tool_router_server::ToolRouterServer::new(baseline))
+        .add_service(wire::tool_router_server::ToolRouterServer::new(baseline))
         // No drain phase here: the shutdown signal stops it at once.
         .serve_with_incoming_shutdown(
             toolrouter::server::incoming(
@@ -80,35 +85,35 @@ pub async fn serve(config: &Config, messages: Vec<String>) -> toolrouter::Result
 /// A `ToolRouter` whose `Route` returns prebuilt answers; every other RPC is unimplemented.
 #[derive(Clone)]
 pub struct BaselineService {
-    /// By (requested format, message).
-    by_message: Arc<HashMap<(i32, String), proto::RouteResponse>>,
-    response: Arc<proto::RouteResponse>,
+    /// Encoded answers by (requested format, message).
+    by_message: Arc<HashMap<(i32, String), Bytes>>,
+    response: Bytes,
 }
 
 impl BaselineService {
-    /// Prebuilds the answers: the daemon's answer per message, and as the default the one
-    /// whose encoded size is closest to their mean.
-    pub fn from_answers(answers: Vec<((i32, String), proto::RouteResponse)>) -> Option<BaselineService> {
+    /// Prebuilds the answers (encoded `RouteResponse`s): the daemon's answer per message,
+    /// and as the default the one whose size is closest to their mean.
+    pub fn from_answers(answers: Vec<((i32, String), Bytes)>) -> Option<BaselineService> {
         let n = answers.len();
         let mean = answers
             .iter()
-            .map(|(_, r)| r.encoded_len())
+            .map(|(_, r)| r.len())
             .sum::<usize>()
             .checked_div(n)?;
         let response = answers
             .iter()
             .map(|(_, r)| r)
-            .min_by_key(|r| r.encoded_len().abs_diff(mean))?
+            .min_by_key(|r| r.len().abs_diff(mean))?
             .clone();
         Some(BaselineService {
             by_message: Arc::new(answers.into_iter().collect()),
-            response: Arc::new(response),
+            response,
         })
     }
 
     /// The encoded size of the default answer.
     pub fn response_bytes(&self) -> usize {
-        self.response.encoded_len()
+        self.response.len()
     }
 }
 
@@ -121,13 +126,16 @@ impl ToolRouter for BaselineService {
     async fn route(
         &self,
         request: Request<proto::RouteRequest>,
-    ) -> Result<Response<proto::RouteResponse>, Status> {
+    ) -> Result<Response<wire::RouteResponse>, Status> {
         let r = request.into_inner();
         let prebuilt = self
             .by_message
             .get(&(r.format, r.message))
             .unwrap_or(&self.response);
-        Ok(Response::new(prebuilt.clone()))
+        // An encoded message is a run of field entries.
+        Ok(Response::new(
+            Spliced::default().with_entries(vec![prebuilt.clone()]),
+        ))
     }
 
     async fn load_tool_group(
@@ -147,7 +155,7 @@ impl ToolRouter for BaselineService {
     async fn list_all_tools(
         &self,
         _request: Request<proto::ListAllToolsRequest>,
-    ) -> Result<Response<proto::ListAllToolsResponse>, Status> {
+    ) -> Result<Response<wire::ListAllToolsResponse>, Status> {
         unimplemented()
     }
 

@@ -5,7 +5,7 @@
 //! A format's renders are kept back to back, each tool followed by a comma, in registry
 //! order (domains by name, tools in manifest order). A domain's tools are then one slice,
 //! and an answer's `tools_json` is `[`, one copy per domain, and the last comma turned into
-//! `]`.
+//! `]`. The native `Tool` messages are kept the same way, encoded once ([`Encoded`]).
 
 mod gemini;
 mod tokens;
@@ -13,11 +13,13 @@ mod tokens;
 use std::ops::Range;
 use std::sync::OnceLock;
 
+use bytes::{BufMut, Bytes};
 use serde_json::Value;
 
 pub use gemini::check_schema as check_gemini_schema;
 pub use tokens::{count as count_tokens, warm_up};
 
+use crate::proto;
 use crate::registry::{DomainId, Registry, Tier, Tool};
 
 /// A provider's tool format (the wire `Format` without its native value).
@@ -154,7 +156,7 @@ fn render_into(out: &mut Vec<u8>, tool: &Tool, format: Format) {
 #[derive(Debug, Clone, Default)]
 pub struct Rendered {
     /// Every tool's JSON followed by `,`.
-    bytes: Vec<u8>,
+    bytes: Bytes,
     /// `starts[i]` is where tool `i` begins; one more entry marks the end.
     starts: Vec<usize>,
     /// `token_sums[i]` is the tokens of tools `0..i`; one more entry than tools.
@@ -164,25 +166,26 @@ pub struct Rendered {
 impl Rendered {
     /// Renders and counts `tools` in `format`.
     pub fn new<'a>(tools: impl IntoIterator<Item = &'a Tool>, format: Format) -> Rendered {
-        let mut r = Rendered {
-            bytes: Vec::new(),
-            starts: vec![0],
-            token_sums: vec![0],
-        };
+        let mut bytes = Vec::new();
+        let mut starts = vec![0];
+        let mut token_sums = vec![0];
         let mut total = 0u64;
         for t in tools {
-            let start = r.bytes.len();
-            render_into(&mut r.bytes, t, format);
+            let start = bytes.len();
+            render_into(&mut bytes, t, format);
             // Rendered from `&str`s and serde_json output, so UTF-8; checked anyway rather
             // than assumed.
-            let text = std::str::from_utf8(&r.bytes[start..]).unwrap_or_default();
+            let text = std::str::from_utf8(&bytes[start..]).unwrap_or_default();
             total += tokens::count(text) as u64;
-            r.bytes.push(b',');
-            r.starts.push(r.bytes.len());
-            r.token_sums.push(total);
+            bytes.push(b',');
+            starts.push(bytes.len());
+            token_sums.push(total);
         }
-        r.bytes.shrink_to_fit();
-        r
+        Rendered {
+            bytes: Bytes::from(bytes),
+            starts,
+            token_sums,
+        }
     }
 
     /// How many tools.
@@ -200,14 +203,15 @@ impl Rendered {
         &self.bytes[self.starts[i]..self.starts[i + 1] - 1]
     }
 
-    /// Tools `range`'s JSON, each followed by a comma: a piece for [`assemble`].
-    pub fn span(&self, range: Range<usize>) -> &[u8] {
-        &self.bytes[self.starts[range.start]..self.starts[range.end]]
+    /// Tools `range`'s JSON, each followed by a comma: a piece for [`assemble`] (shared,
+    /// not copied).
+    pub fn span(&self, range: Range<usize>) -> Bytes {
+        self.bytes.slice(self.starts[range.start]..self.starts[range.end])
     }
 
     /// Every tool, each followed by a comma.
-    pub fn all(&self) -> &[u8] {
-        &self.bytes
+    pub fn all(&self) -> Bytes {
+        self.bytes.clone()
     }
 
     /// The tokens of tools `range`.
@@ -218,24 +222,92 @@ impl Rendered {
 
     /// Bytes held.
     pub fn heap_bytes(&self) -> usize {
-        self.bytes.capacity() + self.starts.capacity() * 8 + self.token_sums.capacity() * 8
+        self.bytes.len() + self.starts.capacity() * 8 + self.token_sums.capacity() * 8
     }
 }
 
-/// A JSON array of pieces from [`Rendered::span`] (each tool followed by a comma): one copy
-/// of each piece, the last comma made the closing bracket.
-pub fn assemble(pieces: &[&[u8]]) -> Vec<u8> {
-    let len: usize = pieces.iter().map(|p| p.len()).sum();
-    let mut out = Vec::with_capacity(len + 2);
-    out.push(b'[');
-    for p in pieces {
-        out.extend_from_slice(p);
+/// The length of the JSON array [`write_array`] writes for `pieces`.
+pub fn array_len<P: AsRef<[u8]>>(pieces: &[P]) -> usize {
+    let len: usize = pieces.iter().map(|p| p.as_ref().len()).sum();
+    // `[` and `]`; the last tool's comma becomes the `]`.
+    if len == 0 { 2 } else { len + 1 }
+}
+
+/// Writes a JSON array of pieces from [`Rendered::span`] (each tool followed by a comma):
+/// one copy of each piece, the last comma made the closing bracket.
+pub fn write_array<P: AsRef<[u8]>>(pieces: &[P], out: &mut impl BufMut) {
+    out.put_u8(b'[');
+    let last = pieces.iter().rposition(|p| !p.as_ref().is_empty());
+    for (i, p) in pieces.iter().enumerate() {
+        let p = p.as_ref();
+        if Some(i) == last {
+            // Every piece ends with a tool's comma.
+            out.put_slice(&p[..p.len() - 1]);
+        } else {
+            out.put_slice(p);
+        }
     }
-    match out.last_mut() {
-        Some(last) if *last == b',' => *last = b']',
-        _ => out.push(b']'),
-    }
+    out.put_u8(b']');
+}
+
+/// A JSON array of pieces from [`Rendered::span`], as [`write_array`] writes it.
+pub fn assemble<P: AsRef<[u8]>>(pieces: &[P]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(array_len(pieces));
+    write_array(pieces, &mut out);
     out
+}
+
+/// The registry's tools as native `Tool` messages, encoded once, back to back in registry
+/// order, each as an entry of field 1 (key, length, message): the field that holds the
+/// tools in `RouteResponse` and `ListAllToolsResponse`, so a domain's tools are one slice
+/// an answer writes as it is.
+#[derive(Debug, Clone, Default)]
+pub struct Encoded {
+    bytes: Bytes,
+    /// `starts[i]` is where tool `i` begins; one more entry marks the end.
+    starts: Vec<usize>,
+}
+
+impl Encoded {
+    /// The field number the entries are encoded for.
+    pub const FIELD: u32 = 1;
+
+    /// Encodes every tool of `registry`.
+    pub fn new(registry: &Registry) -> Encoded {
+        let mut bytes = Vec::new();
+        let mut starts = vec![0];
+        for d in registry.domains() {
+            for t in &d.tools {
+                prost::encoding::message::encode(Self::FIELD, &native(&d.name, t), &mut bytes);
+                starts.push(bytes.len());
+            }
+        }
+        Encoded {
+            bytes: Bytes::from(bytes),
+            starts,
+        }
+    }
+
+    /// Tools `range`, encoded (shared, not copied).
+    pub fn span(&self, range: Range<usize>) -> Bytes {
+        self.bytes.slice(self.starts[range.start]..self.starts[range.end])
+    }
+
+    /// Bytes held.
+    pub fn heap_bytes(&self) -> usize {
+        self.bytes.len() + self.starts.capacity() * 8
+    }
+}
+
+/// A tool as the native `Tool` message; `domain` is empty for the meta-tools.
+pub fn native(domain: &str, t: &Tool) -> proto::Tool {
+    proto::Tool {
+        name: t.name.clone(),
+        description: t.description.clone(),
+        input_schema_json: t.input_schema_json.clone(),
+        domain: domain.to_string(),
+        tier: t.tier.as_str().to_string(),
+    }
 }
 
 /// Every tool of a registry rendered, per format: the OpenAI chat format at once (its
@@ -244,6 +316,7 @@ pub fn assemble(pieces: &[&[u8]]) -> Vec<u8> {
 #[derive(Debug)]
 pub struct Renders {
     formats: [OnceLock<Rendered>; 5],
+    native: OnceLock<Encoded>,
 }
 
 impl Renders {
@@ -251,6 +324,7 @@ impl Renders {
     pub fn new(registry: &Registry) -> Renders {
         let renders = Renders {
             formats: Default::default(),
+            native: OnceLock::new(),
         };
         renders.get(registry, Format::OpenAiChat);
         renders
@@ -263,6 +337,12 @@ impl Renders {
             .get_or_init(|| Rendered::new(registry.domains().iter().flat_map(|d| &d.tools), format))
     }
 
+    /// The registry's tools as native `Tool` messages, encoded on first use. `registry` must
+    /// be the one these renders were built for.
+    pub fn native(&self, registry: &Registry) -> &Encoded {
+        self.native.get_or_init(|| Encoded::new(registry))
+    }
+
     /// Domain `d`'s tokens in the OpenAI chat format.
     pub fn domain_tokens(&self, registry: &Registry, d: DomainId) -> u32 {
         self.get(registry, Format::OpenAiChat)
@@ -271,11 +351,13 @@ impl Renders {
 
     /// Bytes held by the formats rendered so far.
     pub fn heap_bytes(&self) -> usize {
-        self.formats
+        let formats: usize = self
+            .formats
             .iter()
             .filter_map(OnceLock::get)
             .map(Rendered::heap_bytes)
-            .sum()
+            .sum();
+        formats + self.native.get().map_or(0, Encoded::heap_bytes)
     }
 }
 
