@@ -1,5 +1,6 @@
-//! Compiles `proto/` with a vendored protoc, so a fresh machine needs nothing installed, and
-//! writes the file descriptor set that server reflection serves.
+//! Compiles `proto/` with a vendored protoc, so a fresh machine needs nothing installed,
+//! writes the file descriptor set that server reflection serves, and the token counter's
+//! table.
 
 use std::{env, path::PathBuf};
 
@@ -39,6 +40,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     pbjson_build::Builder::new()
         .register_descriptors(&descriptors)?
         .build(&[".toolrouter"])?;
+
+    // The o200k_base table the token counter is built from (`src/render/tokens.rs`),
+    // serialized from bpe-openai's tokenizer: the daemon embeds this copy so that it can
+    // release the table's pages once its tokenizer is built.
+    let table = rmp_serde::to_vec(&bpe_openai::o200k_base().bpe)?;
+    std::fs::write(out_dir.join("o200k_base.bpe"), table)?;
 
     // tonic's own rerun lines cover the proto files; sqlx::migrate!() embeds migrations/.
     println!("cargo:rerun-if-changed=proto");

@@ -247,12 +247,11 @@ impl ToolRouter for ToolRouterService {
             group: None,
             tokens: Some((tokens, counted(format).as_str())),
         };
-        // The tools are written from the registry's encoded or rendered bytes: native, the
-        // meta-tools are the message's own and the domains' tools follow them.
+        // The tools are written from the bytes encoded or rendered once per registry (and
+        // per activation for the meta-tools).
         let mut pieces = Vec::with_capacity(decision.domains.len() + 1);
-        let mut tools = Vec::new();
         if format.is_none() {
-            tools.extend(decision.meta_tools(scope.activation).map(|t| native("", t)));
+            pieces.push(scope.meta_native());
             for inc in &decision.domains {
                 scope.push_native(inc.domain, &mut pieces);
             }
@@ -263,7 +262,7 @@ impl ToolRouter for ToolRouterService {
             }
         }
         let message = proto::RouteResponse {
-            tools,
+            tools: Vec::new(),
             tools_json: Vec::new(),
             tokens,
             dropped: dropped

@@ -17,7 +17,7 @@ use crate::db::Db;
 use crate::error::{Error, Result};
 use crate::error::{ManifestErrors, echo};
 use crate::matcher::{MatchMode, Matcher};
-use crate::registry::{Domain, DomainId, Registry, manifest};
+use crate::registry::{Domain, DomainId, Registry, Tool, manifest};
 use crate::render::{Format, LazyRenders, Rendered, Renders};
 use crate::router::budget::{self, Cost, Dropped, Limits};
 use crate::router::{
@@ -145,12 +145,19 @@ impl<'a> Scope<'a> {
     /// The meta-tools answers start with, in `format`: both, either or none, as the options
     /// expose them and the activation has them.
     pub fn meta_rendered(&self, format: Format) -> &'a Rendered {
+        self.meta.get(format, || self.meta_tools())
+    }
+
+    /// The meta-tools answers start with, as native `Tool` entries.
+    pub fn meta_native(&self) -> Bytes {
+        self.meta.native(|| self.meta_tools())
+    }
+
+    fn meta_tools(&self) -> Vec<&'a Tool> {
         let (activation, expose) = (self.activation, self.view.expose);
-        self.meta.get(format, || {
-            let load = activation.meta_tool().filter(|_| expose.0);
-            let search = activation.search_tool().filter(|_| expose.1);
-            load.into_iter().chain(search).collect()
-        })
+        let load = activation.meta_tool().filter(|_| expose.0);
+        let search = activation.search_tool().filter(|_| expose.1);
+        load.into_iter().chain(search).collect()
     }
 
     /// A domain's visible tools as runs of rendered tools (registry-order ranges).
@@ -206,12 +213,25 @@ impl Parts {
             let renders = renders.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
             (index, renders)
         });
+        release_free_memory();
         Ok(Parts {
             registry: Arc::new(registry),
             matcher: Arc::new(matcher),
             index: Arc::new(index),
             renders: Arc::new(renders),
         })
+    }
+}
+
+/// Hands the memory freed by a registry build (manifest documents, schema checks, the index
+/// and render builders' scratch: tens of MiB on a large registry) back to the system. glibc
+/// keeps freed memory between live allocations for reuse, and a build happens at start and
+/// on reloads only, so the process would otherwise hold its peak for good.
+fn release_free_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim has no preconditions; it only returns free pages to the system.
+    unsafe {
+        libc::malloc_trim(0);
     }
 }
 

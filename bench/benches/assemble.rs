@@ -28,6 +28,7 @@ struct Prepared {
     name: String,
     renders: Renders,
     meta: toolrouter::render::Rendered,
+    activation: Activation,
     workload: Workload,
 }
 
@@ -40,6 +41,7 @@ impl Prepared {
             name: workload.name.clone(),
             renders,
             meta,
+            activation,
             workload,
         }
     }
@@ -58,8 +60,7 @@ impl Prepared {
             }
             None => {
                 let e = self.renders.native(registry);
-                let activation = Activation::new(registry, &self.workload.settings);
-                message.tools = activation.meta_tools().map(|t| native("", t)).collect();
+                message.tools = self.activation.meta_tools().map(|t| native("", t)).collect();
                 pieces.extend(registry.domain_ids().map(|d| e.span(registry.tool_range(d))));
                 Spliced::new(message).with_entries(pieces)
             }

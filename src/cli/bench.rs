@@ -1,6 +1,7 @@
 //! `bench grpc`: the load generator operators point at a deployment. A tonic client sends
 //! requests at a fixed concurrency for a fixed time, checks every status, decodes every
-//! response, and reports requests/s and exact latency percentiles (every latency is kept,
+//! response (with `--decode count`, `Route` answers are walked without building their
+//! messages), and reports requests/s and exact latency percentiles (every latency is kept,
 //! one `u64` per call, and sorted once at the end).
 //!
 //! Workloads: `route` (only `Route`, no conversation: the throughput benchmark), `converse`
@@ -13,13 +14,18 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use clap::Subcommand;
+use clap::{Subcommand, ValueEnum};
+use prost::bytes::{Buf, BufMut};
+use prost::encoding::{DecodeContext, WireType, skip_field};
 use serde_json::Value;
 use tonic::Code;
 
 use super::Failure;
-use super::connection::{Client, Connection};
+use super::connection::{BearerToken, Client, Connection};
+use crate::proto::tool_router_client::ToolRouterClient;
 use crate::proto::{self, RouteRequest};
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::Channel;
 
 /// `bench` tools.
 #[derive(Debug, Subcommand)]
@@ -46,8 +52,89 @@ pub enum BenchCommand {
         /// `Tool` messages: openai_chat, openai_responses, anthropic, gemini or mcp.
         #[arg(long, value_parser = super::client::parse_format)]
         format: Option<proto::Format>,
+        /// How `Route` answers are read: `full` decodes each into messages, as a client
+        /// would; `count` walks their fields without building them (tools and decisions
+        /// counted, `tools_json` measured), so that at high rates the server is measured
+        /// rather than this generator's decoding.
+        #[arg(long, value_enum, default_value = "full")]
+        decode: Decode,
     },
 }
+
+/// How `Route` answers are read (`--decode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Decode {
+    /// Into `RouteResponse` messages.
+    Full,
+    /// Field by field, counting ([`RouteCount`]).
+    Count,
+}
+
+/// A `RouteResponse` read without building it: its tools and domain decisions counted and
+/// its `tools_json` measured; every other field skipped. Decoding still checks the framing
+/// of every field.
+#[derive(Debug, Default)]
+struct RouteCount {
+    tools: usize,
+    domains: usize,
+    /// With its length prefix.
+    tools_json_bytes: usize,
+}
+
+impl prost::Message for RouteCount {
+    /// Never sent.
+    fn encode_raw(&self, _: &mut impl BufMut) {}
+
+    fn merge_field(
+        &mut self,
+        tag: u32,
+        wire_type: WireType,
+        buf: &mut impl Buf,
+        ctx: DecodeContext,
+    ) -> Result<(), prost::DecodeError> {
+        // RouteResponse's `tools`, `domains` and `tools_json`.
+        match (tag, wire_type) {
+            (1, WireType::LengthDelimited) => self.tools += 1,
+            (2, WireType::LengthDelimited) => self.domains += 1,
+            (5, WireType::LengthDelimited) => {
+                let before = buf.remaining();
+                skip_field(wire_type, tag, buf, ctx)?;
+                self.tools_json_bytes += before - buf.remaining();
+                return Ok(());
+            }
+            _ => {}
+        }
+        skip_field(wire_type, tag, buf, ctx)
+    }
+
+    fn encoded_len(&self) -> usize {
+        0
+    }
+
+    fn clear(&mut self) {
+        *self = RouteCount::default();
+    }
+}
+
+/// The channel the load generator's clients share, with the token.
+type Service = InterceptedService<Channel, BearerToken>;
+
+/// A `Route` call whose answer is read as a [`RouteCount`].
+async fn route_counted(
+    service: Service,
+    request: RouteRequest,
+) -> Result<tonic::Response<RouteCount>, tonic::Status> {
+    let mut grpc = tonic::client::Grpc::new(service).max_decoding_message_size(MAX_ANSWER_BYTES);
+    grpc.ready()
+        .await
+        .map_err(|e| tonic::Status::unavailable(format!("the channel is not ready: {e}")))?;
+    let path = tonic::codegen::http::uri::PathAndQuery::from_static("/toolrouter.v1.ToolRouter/Route");
+    let codec = tonic_prost::ProstCodec::<RouteRequest, RouteCount>::default();
+    grpc.unary(tonic::Request::new(request), path, codec).await
+}
+
+/// The largest answer the generator reads.
+const MAX_ANSWER_BYTES: usize = 64 << 20;
 
 pub(super) async fn bench(command: BenchCommand) -> Result<(), Failure> {
     let BenchCommand::Grpc {
@@ -57,13 +144,14 @@ pub(super) async fn bench(command: BenchCommand) -> Result<(), Failure> {
         messages,
         mix,
         format,
+        decode,
     } = command;
     if concurrency == 0 {
         return Err(Failure::config("--concurrency must be at least 1"));
     }
     let messages = read_messages(&messages)?;
     let format = i32::from(format.unwrap_or_default());
-    let r = run(&conn, duration, concurrency, messages, (mix, format)).await?;
+    let r = run(&conn, duration, concurrency, messages, (mix, format, decode)).await?;
     out!(
         "{:.0} requests/s, p50 {} µs, p99 {} µs, p99.9 {} µs, {} errors ({} ok, {} refused as specified, concurrency {}, {:.1} s)",
         r.requests_per_sec,
@@ -234,8 +322,8 @@ async fn delete_worker_domain(client: &mut Client, worker: usize) -> Outcome {
 /// One call of the mix, chosen by the worker's call counter; `registered` says whether the
 /// worker's run-time domain is registered now, so it is deleted only once it was.
 async fn call(
-    client: &mut Client,
-    (mix, format): (Mix, i32),
+    (client, service): (&mut Client, &Service),
+    (mix, format, decode): (Mix, i32, Decode),
     (worker, registered): (usize, bool),
     n: usize,
     message: String,
@@ -268,20 +356,21 @@ async fn call(
                 Mix::Mixed if !slot.is_multiple_of(3) => conversation(),
                 _ => String::new(),
             };
-            let r = client
-                .route(RouteRequest {
-                    message,
-                    conversation_id,
-                    format,
-                    ..RouteRequest::default()
-                })
-                .await;
-            (
-                "Route",
-                outcome(r, |r| {
+            let request = RouteRequest {
+                message,
+                conversation_id,
+                format,
+                ..RouteRequest::default()
+            };
+            let o = match decode {
+                Decode::Full => outcome(client.route(request).await, |r| {
                     !r.tools.is_empty() || !r.tools_json.is_empty() || !r.domains.is_empty()
                 }),
-            )
+                Decode::Count => outcome(route_counted(service.clone(), request).await, |r| {
+                    r.tools > 0 || r.tools_json_bytes > 0 || r.domains > 0
+                }),
+            };
+            ("Route", o)
         }
         (Mix::Mixed, 0..=3) => {
             let group_name = groups.get(n % groups.len().max(1)).cloned().unwrap_or_default();
@@ -332,9 +421,10 @@ async fn run(
     duration: Duration,
     concurrency: usize,
     messages: Vec<String>,
-    mix: (Mix, i32),
+    mix: (Mix, i32, Decode),
 ) -> crate::Result<Report> {
-    let client = conn.client().await?.max_decoding_message_size(64 << 20);
+    let service = conn.service().await?;
+    let client = ToolRouterClient::new(service.clone()).max_decoding_message_size(MAX_ANSWER_BYTES);
     // Every non-core group, for LoadToolGroup.
     let groups: Vec<String> = if matches!(mix.0, Mix::Mixed | Mix::Load) {
         let mut c = client.clone();
@@ -361,6 +451,7 @@ async fn run(
     let mut tasks = Vec::with_capacity(concurrency);
     for worker in 0..concurrency {
         let mut client = client.clone();
+        let service = service.clone();
         let messages = messages.clone();
         let groups = groups.clone();
         tasks.push(tokio::spawn(async move {
@@ -380,7 +471,15 @@ async fn run(
                     break;
                 }
                 let message = messages[n % messages.len()].clone();
-                let (name, result) = call(&mut client, mix, (worker, registered), n, message, &groups).await;
+                let (name, result) = call(
+                    (&mut client, &service),
+                    mix,
+                    (worker, registered),
+                    n,
+                    message,
+                    &groups,
+                )
+                .await;
                 n += 1;
                 if matches!(result, Outcome::Ok) {
                     registered = match name {
@@ -458,7 +557,38 @@ async fn run(
 
 #[cfg(test)]
 mod tests {
+    use prost::Message as _;
+
     use super::*;
+
+    /// Counting reads what decoding reads, and refuses what decoding refuses.
+    #[test]
+    fn a_counted_route_answer_has_the_decoded_ones_tools_and_decisions() {
+        let tool = proto::Tool {
+            name: "t".into(),
+            ..Default::default()
+        };
+        let answer = proto::RouteResponse {
+            tools: vec![tool.clone(), tool.clone(), tool],
+            domains: vec![proto::DomainDecision::default(), proto::DomainDecision::default()],
+            fallback: true,
+            registry_version: 7,
+            tools_json: b"[{}]".to_vec(),
+            prompt_section: "p".into(),
+            ..Default::default()
+        };
+        let bytes = answer.encode_to_vec();
+        let counted = RouteCount::decode(&bytes[..]).unwrap();
+        assert_eq!((counted.tools, counted.domains), (3, 2));
+        // The value and its one-byte length prefix.
+        assert_eq!(counted.tools_json_bytes, 5);
+        assert_eq!(RouteCount::decode(&[][..]).unwrap().tools, 0);
+        for cut in 1..bytes.len() {
+            if proto::RouteResponse::decode(&bytes[..cut]).is_err() {
+                assert!(RouteCount::decode(&bytes[..cut]).is_err(), "cut at {cut}");
+            }
+        }
+    }
 
     #[test]
     fn percentiles_are_nearest_rank_over_every_latency() {

@@ -145,7 +145,16 @@ impl Connection {
     /// # Errors
     /// As [`Connection::channel`] and [`Connection::token`].
     pub async fn client(&self) -> Result<Client> {
+        Ok(ToolRouterClient::new(self.service().await?))
+    }
+
+    /// The channel with the bearer token added to every call, for calls made without the
+    /// generated client (the load generator's counting `Route`).
+    ///
+    /// # Errors
+    /// As [`Connection::channel`], and `Config` for a token that cannot be sent.
+    pub async fn service(&self) -> Result<InterceptedService<Channel, BearerToken>> {
         let token = self.token()?;
-        Ok(ToolRouterClient::with_interceptor(self.channel().await?, token))
+        Ok(InterceptedService::new(self.channel().await?, token))
     }
 }

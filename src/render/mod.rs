@@ -278,7 +278,7 @@ impl Encoded {
         let mut starts = vec![0];
         for d in registry.domains() {
             for t in &d.tools {
-                prost::encoding::message::encode(Self::FIELD, &native(&d.name, t), &mut bytes);
+                Self::encode(&d.name, t, &mut bytes);
                 starts.push(bytes.len());
             }
         }
@@ -286,6 +286,11 @@ impl Encoded {
             bytes: Bytes::from(bytes),
             starts,
         }
+    }
+
+    /// Appends one tool's entry.
+    fn encode(domain: &str, tool: &Tool, out: &mut Vec<u8>) {
+        prost::encoding::message::encode(Self::FIELD, &native(domain, tool), out);
     }
 
     /// Tools `range`, encoded (shared, not copied).
@@ -366,9 +371,24 @@ impl Renders {
 #[derive(Debug, Default)]
 pub struct LazyRenders {
     formats: [OnceLock<Rendered>; 5],
+    native: OnceLock<Bytes>,
 }
 
 impl LazyRenders {
+    /// `tools` as native `Tool` entries (as [`Encoded`] has them, without a domain), encoded
+    /// on the first call; later calls must pass the same tools.
+    pub fn native<'a>(&self, tools: impl FnOnce() -> Vec<&'a Tool>) -> Bytes {
+        self.native
+            .get_or_init(|| {
+                let mut out = Vec::new();
+                for t in tools() {
+                    Encoded::encode("", t, &mut out);
+                }
+                Bytes::from(out)
+            })
+            .clone()
+    }
+
     /// `tools` in `format`, rendered on the first call for that format; later calls must
     /// pass the same tools.
     pub fn get<'a>(&self, format: Format, tools: impl FnOnce() -> Vec<&'a Tool>) -> &Rendered {

@@ -1,16 +1,112 @@
 //! Exact token counts with the `o200k_base` encoding (GPT-4o and later), through the
-//! `bpe-openai` crate: measured on the seal registry's 4,076 tools rendered in the OpenAI
-//! chat format (697 KB), it counted them in 21–34 ms against `tiktoken-rs`'s 30 ms, and
-//! built its tokenizer in 69 ms against 130–160 ms (same counts, 142,545 tokens).
+//! `bpe-openai` crate's tokenizer: measured on the seal registry's 4,076 tools rendered in
+//! the OpenAI chat format (697 KB), it counted them in 21–34 ms against `tiktoken-rs`'s
+//! 30 ms, and built its tokenizer in 69 ms against 130–160 ms (same counts, 142,545 tokens).
+//!
+//! The tokenizer is built from a 32 MB table of the encoding. `bpe-openai` keeps its own
+//! copy inside its private static, so the table's pages would stay resident for the life of
+//! the process; `build.rs` writes the same table (serialized from `bpe-openai`'s tokenizer)
+//! for this module instead, which releases the table's pages once the tokenizer is built
+//! from it. The pre-tokenization patterns are `bpe-openai`'s for `o200k_base`; a test checks
+//! that both tokenizers count alike.
+
+use std::sync::LazyLock;
+
+use bpe_openai::Tokenizer;
+use bpe_openai::byte_pair_encoding::BytePairEncoding;
+
+/// The encoding's table, serialized by `build.rs`.
+static TABLE: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/o200k_base.bpe"));
+
+/// `o200k_base`'s pre-tokenization, as `bpe-openai` writes it: the main pattern, then the
+/// look-ahead pattern that stands for `\s+(?!\S)`, then plain whitespace.
+fn patterns() -> [(String, bool); 3] {
+    let main = [
+        "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
+        "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
+        "\\p{N}{1,3}",
+        " ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*",
+        "\\s*[\\r\\n]+",
+        "\\s+$",
+    ]
+    .join("|");
+    [
+        (main, false),
+        ("\\s+\\s".to_string(), true),
+        ("\\s+".to_string(), false),
+    ]
+}
+
+static O200K_BASE: LazyLock<Tokenizer> = LazyLock::new(|| {
+    // The table is this crate's own build output: if it does not decode, the build is broken.
+    let bpe: BytePairEncoding =
+        rmp_serde::from_slice(TABLE).expect("build.rs wrote a valid o200k_base table");
+    release(TABLE);
+    let patterns = patterns();
+    let patterns: Vec<(&str, bool)> = patterns.iter().map(|(p, l)| (p.as_str(), *l)).collect();
+    Tokenizer::new_lookahead(bpe, &patterns, false).expect("bpe-openai's o200k_base patterns compile")
+});
+
+/// Tells the kernel the table's pages are not needed: they are read once, to build the
+/// tokenizer (which copies what it keeps), and are clean pages of the executable, so the
+/// kernel drops them from memory and would read them back from the file if ever touched.
+fn release(table: &'static [u8]) {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: sysconf has no preconditions.
+        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+        let start = (table.as_ptr() as usize).next_multiple_of(page);
+        let end = (table.as_ptr() as usize + table.len()) / page * page;
+        if end > start {
+            // SAFETY: the range lies inside `table`, a read-only static of the executable's
+            // file mapping: dropping its pages changes no contents, a later read refaults
+            // them from the file. madvise only advises; its result is not needed.
+            unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED) };
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = table;
+}
 
 /// The tokens of `text` in the `o200k_base` encoding. The first call builds the tokenizer
 /// (about 70 ms); [`warm_up`] does that ahead of time.
 pub fn count(text: &str) -> usize {
-    bpe_openai::o200k_base().count(text)
+    O200K_BASE.count(text)
 }
 
 /// Builds the tokenizer now, so a later first count does not wait for it (the daemon calls
 /// this on a thread while it reads its manifests).
 pub fn warm_up() {
-    let _ = bpe_openai::o200k_base();
+    LazyLock::force(&O200K_BASE);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The same counts as `bpe-openai`'s own `o200k_base` on text of every kind the
+    /// patterns tell apart (cases, contractions, digits, punctuation, newlines, trailing
+    /// and repeated whitespace, non-Latin scripts, combining marks, emoji).
+    #[test]
+    fn counts_as_bpe_openai_does() {
+        let texts = [
+            "",
+            "hello world",
+            "Hello World HELLO wORLD",
+            "It's they'll we'd I'M you're",
+            "1234567 3.14159 2026-11-24",
+            "{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}}",
+            "line one\nline two\r\n\n  indented\t\ttabs   ",
+            "trailing spaces   ",
+            "  leading",
+            "Grüße, naïve café — déjà vu",
+            "日本語のテキストと中文文本",
+            "e\u{301}t\u{e9} \u{1f600}\u{1f680} done",
+            "path/to/file.rs::main() -> Result<(), Box<dyn Error>>",
+        ];
+        let theirs = bpe_openai::o200k_base();
+        for t in texts {
+            assert_eq!(count(t), theirs.count(t), "{t:?}");
+        }
+    }
 }
