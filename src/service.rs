@@ -1,6 +1,7 @@
 //! The tonic `ToolRouter` service: checks requests, calls the shared [`State`], and turns
 //! domain types into proto messages. Errors become `Status` in one place (`error.rs`).
 
+use bytes::Bytes;
 use tonic::{Request, Response, Status};
 
 use crate::error::{Error, Result};
@@ -139,6 +140,15 @@ fn format(raw: i32) -> Result<Option<Format>> {
 /// The format tokens are counted in: the requested one, or OpenAI chat for native answers.
 fn counted(format: Option<Format>) -> Format {
     format.unwrap_or(Format::OpenAiChat)
+}
+
+/// An answer whose tools are `pieces`: native `Tool` entries, or with a format the pieces
+/// of `tools_json` (field `tools_json`).
+fn spliced<M>(message: M, format: Option<Format>, tools_json: u32, pieces: Vec<Bytes>) -> Spliced<M> {
+    match format {
+        None => Spliced::new(message).with_entries(pieces),
+        Some(_) => Spliced::new(message).with_array(tools_json, pieces),
+    }
 }
 
 /// A domain's tools the consumer sees, native.
@@ -303,11 +313,7 @@ impl ToolRouter for ToolRouterService {
             fallback: decision.fallback,
             registry_version: registry.version(),
         };
-        let answer = match format {
-            None => Spliced::new(message).with_entries(pieces),
-            Some(_) => Spliced::new(message).with_array(wire::ROUTE_TOOLS_JSON, pieces),
-        };
-        let mut response = Response::new(answer);
+        let mut response = Response::new(spliced(message, format, wire::ROUTE_TOOLS_JSON, pieces));
         response.extensions_mut().insert(summary);
         Ok(response)
     }
@@ -403,10 +409,12 @@ impl ToolRouter for ToolRouterService {
             groups: groups(scope),
             registry_version: registry.version(),
         };
-        Ok(Response::new(match format {
-            None => Spliced::new(message).with_entries(pieces),
-            Some(_) => Spliced::new(message).with_array(wire::LIST_ALL_TOOLS_JSON, pieces),
-        }))
+        Ok(Response::new(spliced(
+            message,
+            format,
+            wire::LIST_ALL_TOOLS_JSON,
+            pieces,
+        )))
     }
 
     async fn invalidate_settings(

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 
-use crate::db::{Db, Notice, Topic};
+use crate::db::{Db, Notice, Topic, next_notices};
 use crate::error::{Error, Result};
 use crate::router::Snapshot;
 
@@ -136,14 +136,9 @@ impl SettingsCache {
 
 /// Re-reads the settings on each notice, until the cache is gone or the database closed.
 async fn follow(cache: Weak<Shared>, mut notices: tokio::sync::mpsc::Receiver<Notice>) {
-    while let Some(first) = notices.recv().await {
-        // Notices that queued up meanwhile are covered by this one re-read.
-        let mut resumed = first == Notice::Resumed;
-        while let Ok(next) = notices.try_recv() {
-            resumed |= next == Notice::Resumed;
-        }
+    while let Some(notice) = next_notices(&mut notices).await {
         let Some(cache) = cache.upgrade() else { break };
-        if resumed {
+        if notice == Notice::Resumed {
             tracing::debug!("listening for settings changes; re-reading the settings once");
         }
         // A failure is logged by the re-read (once per streak) and retried each TTL.

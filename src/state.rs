@@ -393,8 +393,7 @@ fn compose(manifests: &[Domain], runtime: Vec<Domain>) -> (Registry, Vec<Domain>
 /// is no receiver or it is closed.
 async fn next_notice(notices: &mut Option<tokio::sync::mpsc::Receiver<crate::db::Notice>>) {
     if let Some(rx) = notices {
-        if rx.recv().await.is_some() {
-            while rx.try_recv().is_ok() {}
+        if crate::db::next_notices(rx).await.is_some() {
             return;
         }
         *notices = None;

@@ -19,7 +19,7 @@ use std::time::Instant;
 use criterion::{Criterion, Throughput};
 use prost::Message as _;
 use toolrouter::proto;
-use toolrouter::render::{Format, Renders, native};
+use toolrouter::render::{Format, LazyRenders, Renders};
 use toolrouter::router::Activation;
 use toolrouter::wire::{ROUTE_TOOLS_JSON, RouteResponse, Spliced};
 use toolrouter_bench::workload::{self, Workload};
@@ -27,7 +27,8 @@ use toolrouter_bench::workload::{self, Workload};
 struct Prepared {
     name: String,
     renders: Renders,
-    meta: toolrouter::render::Rendered,
+    /// The meta-tools, rendered and encoded on first use, as a view keeps them.
+    meta: LazyRenders,
     activation: Activation,
     workload: Workload,
 }
@@ -36,11 +37,10 @@ impl Prepared {
     fn new(workload: Workload) -> Prepared {
         let renders = Renders::new(&workload.registry);
         let activation = Activation::new(&workload.registry, &workload.settings);
-        let meta = toolrouter::render::Rendered::new(activation.meta_tools(), Format::OpenAiChat);
         Prepared {
             name: workload.name.clone(),
             renders,
-            meta,
+            meta: LazyRenders::default(),
             activation,
             workload,
         }
@@ -50,17 +50,18 @@ impl Prepared {
     fn answer(&self, format: Option<Format>) -> RouteResponse {
         let registry = &self.workload.registry;
         let mut pieces = Vec::with_capacity(registry.domains().len() + 1);
-        let mut message = proto::RouteResponse::default();
+        let message = proto::RouteResponse::default();
+        let meta_tools = || self.activation.meta_tools().collect();
         match format {
             Some(f) => {
                 let r = self.renders.get(registry, f);
-                pieces.push(self.meta.all());
+                pieces.push(self.meta.get(f, meta_tools).all());
                 pieces.extend(registry.domain_ids().map(|d| r.span(registry.tool_range(d))));
                 Spliced::new(message).with_array(ROUTE_TOOLS_JSON, pieces)
             }
             None => {
                 let e = self.renders.native(registry);
-                message.tools = self.activation.meta_tools().map(|t| native("", t)).collect();
+                pieces.push(self.meta.native(meta_tools));
                 pieces.extend(registry.domain_ids().map(|d| e.span(registry.tool_range(d))));
                 Spliced::new(message).with_entries(pieces)
             }

@@ -149,6 +149,18 @@ pub(crate) enum Notice {
     Resumed,
 }
 
+/// Waits for the next notice and takes those queued behind it, which one re-read covers:
+/// `Resumed` if any of them was, else `Changed`; `None` once the listener is gone.
+pub(crate) async fn next_notices(notices: &mut mpsc::Receiver<Notice>) -> Option<Notice> {
+    let mut notice = notices.recv().await?;
+    while let Ok(next) = notices.try_recv() {
+        if next == Notice::Resumed {
+            notice = next;
+        }
+    }
+    Some(notice)
+}
+
 /// The shared database. Cloning is shallow.
 #[derive(Debug, Clone)]
 pub struct Db {

@@ -151,14 +151,49 @@ fn render_into(out: &mut Vec<u8>, tool: &Tool, format: Format) {
     }
 }
 
+/// Items written back to back, and where each starts: a run of items is one shared slice.
+#[derive(Debug, Clone, Default)]
+struct Packed {
+    bytes: Bytes,
+    /// `starts[i]` is where item `i` begins; one more entry marks the end.
+    starts: Vec<usize>,
+}
+
+impl Packed {
+    /// Writes each item with `write`.
+    fn new<T>(items: impl IntoIterator<Item = T>, mut write: impl FnMut(T, &mut Vec<u8>)) -> Packed {
+        let mut bytes = Vec::new();
+        let mut starts = vec![0];
+        for item in items {
+            write(item, &mut bytes);
+            starts.push(bytes.len());
+        }
+        Packed {
+            bytes: Bytes::from(bytes),
+            starts,
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.starts.len() - 1
+    }
+
+    /// Items `range` (shared, not copied).
+    fn span(&self, range: Range<usize>) -> Bytes {
+        self.bytes.slice(self.starts[range.start]..self.starts[range.end])
+    }
+
+    fn heap_bytes(&self) -> usize {
+        self.bytes.len() + self.starts.capacity() * 8
+    }
+}
+
 /// Tools rendered in one format: their JSON back to back, each followed by a comma, and
 /// each one's token count.
 #[derive(Debug, Clone, Default)]
 pub struct Rendered {
     /// Every tool's JSON followed by `,`.
-    bytes: Bytes,
-    /// `starts[i]` is where tool `i` begins; one more entry marks the end.
-    starts: Vec<usize>,
+    packed: Packed,
     /// `token_sums[i]` is the tokens of tools `0..i`; one more entry than tools.
     token_sums: Vec<u64>,
 }
@@ -166,31 +201,24 @@ pub struct Rendered {
 impl Rendered {
     /// Renders and counts `tools` in `format`.
     pub fn new<'a>(tools: impl IntoIterator<Item = &'a Tool>, format: Format) -> Rendered {
-        let mut bytes = Vec::new();
-        let mut starts = vec![0];
         let mut token_sums = vec![0];
         let mut total = 0u64;
-        for t in tools {
+        let packed = Packed::new(tools, |t, bytes| {
             let start = bytes.len();
-            render_into(&mut bytes, t, format);
+            render_into(bytes, t, format);
             // Rendered from `&str`s and serde_json output, so UTF-8; checked anyway rather
             // than assumed.
             let text = std::str::from_utf8(&bytes[start..]).unwrap_or_default();
             total += tokens::count(text) as u64;
             bytes.push(b',');
-            starts.push(bytes.len());
             token_sums.push(total);
-        }
-        Rendered {
-            bytes: Bytes::from(bytes),
-            starts,
-            token_sums,
-        }
+        });
+        Rendered { packed, token_sums }
     }
 
     /// How many tools.
     pub fn len(&self) -> usize {
-        self.starts.len() - 1
+        self.packed.len()
     }
 
     /// Whether there are none.
@@ -200,18 +228,19 @@ impl Rendered {
 
     /// Tool `i`'s JSON.
     pub fn tool(&self, i: usize) -> &[u8] {
-        &self.bytes[self.starts[i]..self.starts[i + 1] - 1]
+        let p = &self.packed;
+        &p.bytes[p.starts[i]..p.starts[i + 1] - 1]
     }
 
     /// Tools `range`'s JSON, each followed by a comma: a piece for [`assemble`] (shared,
     /// not copied).
     pub fn span(&self, range: Range<usize>) -> Bytes {
-        self.bytes.slice(self.starts[range.start]..self.starts[range.end])
+        self.packed.span(range)
     }
 
     /// Every tool, each followed by a comma.
     pub fn all(&self) -> Bytes {
-        self.bytes.clone()
+        self.packed.bytes.clone()
     }
 
     /// The tokens of tools `range`.
@@ -222,7 +251,7 @@ impl Rendered {
 
     /// Bytes held.
     pub fn heap_bytes(&self) -> usize {
-        self.bytes.len() + self.starts.capacity() * 8 + self.token_sums.capacity() * 8
+        self.packed.heap_bytes() + self.token_sums.capacity() * 8
     }
 }
 
@@ -262,11 +291,7 @@ pub fn assemble<P: AsRef<[u8]>>(pieces: &[P]) -> Vec<u8> {
 /// tools in `RouteResponse` and `ListAllToolsResponse`, so a domain's tools are one slice
 /// an answer writes as it is.
 #[derive(Debug, Clone, Default)]
-pub struct Encoded {
-    bytes: Bytes,
-    /// `starts[i]` is where tool `i` begins; one more entry marks the end.
-    starts: Vec<usize>,
-}
+pub struct Encoded(Packed);
 
 impl Encoded {
     /// The field number the entries are encoded for.
@@ -274,33 +299,34 @@ impl Encoded {
 
     /// Encodes every tool of `registry`.
     pub fn new(registry: &Registry) -> Encoded {
-        let mut bytes = Vec::new();
-        let mut starts = vec![0];
-        for d in registry.domains() {
-            for t in &d.tools {
-                Self::encode(&d.name, t, &mut bytes);
-                starts.push(bytes.len());
-            }
-        }
-        Encoded {
-            bytes: Bytes::from(bytes),
-            starts,
-        }
+        Encoded::of(
+            registry
+                .domains()
+                .iter()
+                .flat_map(|d| d.tools.iter().map(|t| (d.name.as_str(), t))),
+        )
     }
 
-    /// Appends one tool's entry.
-    fn encode(domain: &str, tool: &Tool, out: &mut Vec<u8>) {
-        prost::encoding::message::encode(Self::FIELD, &native(domain, tool), out);
+    /// Encodes `tools`, each with its domain's name.
+    fn of<'a>(tools: impl IntoIterator<Item = (&'a str, &'a Tool)>) -> Encoded {
+        Encoded(Packed::new(tools, |(domain, t), out| {
+            prost::encoding::message::encode(Self::FIELD, &native(domain, t), out);
+        }))
     }
 
     /// Tools `range`, encoded (shared, not copied).
     pub fn span(&self, range: Range<usize>) -> Bytes {
-        self.bytes.slice(self.starts[range.start]..self.starts[range.end])
+        self.0.span(range)
+    }
+
+    /// Every tool, encoded.
+    pub fn all(&self) -> Bytes {
+        self.0.bytes.clone()
     }
 
     /// Bytes held.
     pub fn heap_bytes(&self) -> usize {
-        self.bytes.len() + self.starts.capacity() * 8
+        self.0.heap_bytes()
     }
 }
 
@@ -371,22 +397,16 @@ impl Renders {
 #[derive(Debug, Default)]
 pub struct LazyRenders {
     formats: [OnceLock<Rendered>; 5],
-    native: OnceLock<Bytes>,
+    native: OnceLock<Encoded>,
 }
 
 impl LazyRenders {
-    /// `tools` as native `Tool` entries (as [`Encoded`] has them, without a domain), encoded
-    /// on the first call; later calls must pass the same tools.
+    /// `tools` as native `Tool` entries (without a domain), encoded on the first call;
+    /// later calls must pass the same tools.
     pub fn native<'a>(&self, tools: impl FnOnce() -> Vec<&'a Tool>) -> Bytes {
         self.native
-            .get_or_init(|| {
-                let mut out = Vec::new();
-                for t in tools() {
-                    Encoded::encode("", t, &mut out);
-                }
-                Bytes::from(out)
-            })
-            .clone()
+            .get_or_init(|| Encoded::of(tools().into_iter().map(|t| ("", t))))
+            .all()
     }
 
     /// `tools` in `format`, rendered on the first call for that format; later calls must

@@ -18,32 +18,25 @@ use bpe_openai::byte_pair_encoding::BytePairEncoding;
 /// The encoding's table, serialized by `build.rs`.
 static TABLE: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/o200k_base.bpe"));
 
-/// `o200k_base`'s pre-tokenization, as `bpe-openai` writes it: the main pattern, then the
-/// look-ahead pattern that stands for `\s+(?!\S)`, then plain whitespace.
-fn patterns() -> [(String, bool); 3] {
-    let main = [
-        "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
-        "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
-        "\\p{N}{1,3}",
-        " ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*",
-        "\\s*[\\r\\n]+",
-        "\\s+$",
-    ]
-    .join("|");
-    [
-        (main, false),
-        ("\\s+\\s".to_string(), true),
-        ("\\s+".to_string(), false),
-    ]
-}
+/// `o200k_base`'s main pre-tokenization pattern, as `bpe-openai` writes it (its
+/// alternatives one per line here).
+const MAIN_PATTERN: &str = concat!(
+    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
+    "|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
+    "|\\p{N}{1,3}",
+    "| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*",
+    "|\\s*[\\r\\n]+",
+    "|\\s+$",
+);
 
 static O200K_BASE: LazyLock<Tokenizer> = LazyLock::new(|| {
     // The table is this crate's own build output: if it does not decode, the build is broken.
     let bpe: BytePairEncoding =
         rmp_serde::from_slice(TABLE).expect("build.rs wrote a valid o200k_base table");
     release(TABLE);
-    let patterns = patterns();
-    let patterns: Vec<(&str, bool)> = patterns.iter().map(|(p, l)| (p.as_str(), *l)).collect();
+    // The main pattern, then the look-ahead one that stands for `\s+(?!\S)`, then plain
+    // whitespace.
+    let patterns = [(MAIN_PATTERN, false), ("\\s+\\s", true), ("\\s+", false)];
     Tokenizer::new_lookahead(bpe, &patterns, false).expect("bpe-openai's o200k_base patterns compile")
 });
 

@@ -146,8 +146,8 @@ impl Decision {
         load.into_iter().chain(search)
     }
 
-    /// How many tools [`Decision::tools`] yields, to size the answer once (a fallback over a
-    /// large registry is thousands of tools; growing the vector would copy it repeatedly).
+    /// How many tools [`Decision::tools`] yields: the answer's tool count, without walking
+    /// every tool.
     pub fn tool_count(&self, registry: &Registry, activation: &Activation) -> usize {
         self.meta_tools(activation).count()
             + self
