@@ -41,14 +41,47 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .register_descriptors(&descriptors)?
         .build(&[".toolrouter"])?;
 
-    // The o200k_base table the token counter is built from (`src/render/tokens.rs`),
-    // serialized from bpe-openai's tokenizer: the daemon embeds this copy so that it can
-    // release the table's pages once its tokenizer is built.
-    let table = rmp_serde::to_vec(&bpe_openai::o200k_base().bpe)?;
-    std::fs::write(out_dir.join("o200k_base.bpe"), table)?;
+    // The o200k_base table the token counter is built from (`src/render/tokens.rs`): the
+    // daemon embeds this copy so that it can release the table's pages once its tokenizer is
+    // built, and keeps only what counting reads.
+    std::fs::write(out_dir.join("o200k_base.bpe"), counting_table()?)?;
 
     // tonic's own rerun lines cover the proto files; sqlx::migrate!() embeds migrations/.
     println!("cargo:rerun-if-changed=proto");
     println!("cargo:rerun-if-changed=migrations");
     Ok(())
+}
+
+/// bpe-openai's `o200k_base` table (a `bpe::BytePairEncoding`, which MessagePack writes as an
+/// array of its fields in declaration order) without the fields that counting never reads:
+/// counting (`BacktrackEncoder`) walks the longest-match automaton, the token starts, the
+/// split table, the pair lookup and the next-prefix table; the token bytes, the hash map from
+/// bytes to token and the two overlapping-match automata serve encoding and decoding. They are
+/// 17.6 of the table's 32.2 MB and about 20 MB once deserialized. `render::tokens`'s tests
+/// check that counts equal bpe-openai's own.
+fn counting_table() -> Result<Vec<u8>, Box<dyn std::error::Error>> {
+    use rmpv::Value;
+    const FIELDS: usize = 10;
+    const ALL_TOKENS: usize = 0;
+    const BYTES_HASH_TO_TOKEN: usize = 2;
+    const OVERLAPPING_SEARCHERS: [usize; 2] = [6, 7];
+
+    let full = rmp_serde::to_vec(&bpe_openai::o200k_base().bpe)?;
+    let Value::Array(mut fields) = rmpv::decode::read_value(&mut full.as_slice())? else {
+        return Err("bpe's BytePairEncoding no longer serializes as an array".into());
+    };
+    if fields.len() != FIELDS {
+        return Err(format!("bpe's BytePairEncoding has {} fields, not {FIELDS}", fields.len()).into());
+    }
+    fields[ALL_TOKENS] = Value::Array(Vec::new());
+    fields[BYTES_HASH_TO_TOKEN] = Value::Map(Vec::new());
+    // The smallest automaton daachorse builds: one pattern no UTF-8 text contains.
+    let unused = aneubeck_daachorse::DoubleArrayAhoCorasick::<u32>::with_values([(&[0xff_u8; 4][..], 0)])
+        .map_err(|e| format!("daachorse: {e}"))?;
+    for i in OVERLAPPING_SEARCHERS {
+        fields[i] = Value::Binary(unused.serialize());
+    }
+    let mut table = Vec::new();
+    rmpv::encode::write_value(&mut table, &Value::Array(fields))?;
+    Ok(table)
 }
