@@ -1,6 +1,8 @@
 //! The tonic `ToolRouter` service: checks requests, calls the shared [`State`], and turns
 //! domain types into proto messages. Errors become `Status` in one place (`error.rs`).
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use tonic::{Request, Response, Status};
 
@@ -11,7 +13,7 @@ use crate::registry::{DomainId, Registry};
 use crate::render::{Format, assemble, native};
 use crate::router::{ProfileId, Reason, Refusal};
 use crate::state::{CallCheck, Loaded, RouteOptions, Routed, Scope, State};
-use crate::telemetry::{CallSummary, conversation_hash};
+use crate::telemetry::{CallSummary, RoutedDomains, conversation_hash};
 use crate::wire::{self, Spliced, tool_router_server::ToolRouter};
 
 /// Longest accepted `conversation_id` or `group_name`, in bytes.
@@ -248,11 +250,14 @@ impl ToolRouter for ToolRouterService {
         let summary = CallSummary {
             conversation: conv.map(conversation_hash),
             tools: Some(tool_count),
-            domains: decision
-                .domains
-                .iter()
-                .map(|inc| (registry.domain(inc.domain).name.clone(), inc.reason.as_str()))
-                .collect(),
+            domains: Some(RoutedDomains {
+                registry: Arc::clone(registry),
+                domains: decision
+                    .domains
+                    .iter()
+                    .map(|inc| (inc.domain, inc.reason))
+                    .collect(),
+            }),
             fallback: Some(decision.fallback),
             group: None,
             tokens: Some((tokens, counted(format).as_str())),

@@ -27,6 +27,8 @@ use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
 use tracing_subscriber::registry::LookupSpan;
 
+use crate::registry::{self, DomainId};
+use crate::router::Reason;
 use crate::state::State;
 
 /// What a handler tells the call log and the metrics about its answer, as a response
@@ -37,8 +39,8 @@ pub(crate) struct CallSummary {
     pub conversation: Option<String>,
     /// Tools sent (`Route`, `LoadToolGroup`).
     pub tools: Option<usize>,
-    /// `Route`: each included domain and its reason (`core`, `keyword`, ...).
-    pub domains: Vec<(String, &'static str)>,
+    /// `Route`: each included domain and its reason.
+    pub domains: Option<RoutedDomains>,
     /// `Route`: whether the answer was the fallback.
     pub fallback: Option<bool>,
     /// `LoadToolGroup`: the group loaded.
@@ -46,6 +48,42 @@ pub(crate) struct CallSummary {
     /// `Route`, `LoadToolGroup`: the tokens of the tools sent, and the format they were
     /// counted in (the requested one; OpenAI chat for native answers).
     pub tokens: Option<(u32, &'static str)>,
+}
+
+/// The domains of a `Route` answer with their reasons, named by the registry the answer came
+/// from (shared, so a fallback answer's hundreds of domains cost no copies of their names).
+#[derive(Debug, Clone)]
+pub(crate) struct RoutedDomains {
+    pub registry: Arc<registry::Registry>,
+    pub domains: Vec<(DomainId, Reason)>,
+}
+
+impl RoutedDomains {
+    /// Each domain's name and reason (`core`, `keyword`, ...), in answer order.
+    fn iter(&self) -> impl Iterator<Item = (&str, &'static str)> {
+        self.domains
+            .iter()
+            .map(|&(d, r)| (self.registry.domain(d).name.as_str(), r.as_str()))
+    }
+
+    /// `["name:reason", ...]` as JSON text, for the call log.
+    fn to_json(&self) -> String {
+        let mut out = Vec::with_capacity(2 + self.domains.len() * 24);
+        out.push(b'[');
+        for (i, (name, reason)) in self.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            // Writing JSON into a Vec cannot fail.
+            let _ = serde::Serializer::collect_str(
+                &mut serde_json::Serializer::new(&mut out),
+                &format_args!("{name}:{reason}"),
+            );
+        }
+        out.push(b']');
+        // serde_json writes UTF-8.
+        String::from_utf8(out).unwrap_or_default()
+    }
 }
 
 /// A short, stable hash of a conversation id (FNV-1a, 8 hex digits): enough to follow one
@@ -190,10 +228,8 @@ impl Metrics {
         m.requests.with_label_values(&[method, code]).inc();
         m.latency.with_label_values(&[method]).observe(seconds);
         let Some(s) = summary else { return };
-        for (domain, reason) in &s.domains {
-            m.route_domains
-                .with_label_values(&[domain.as_str(), reason])
-                .inc();
+        for (domain, reason) in s.domains.iter().flat_map(RoutedDomains::iter) {
+            m.route_domains.with_label_values(&[domain, reason]).inc();
         }
         if let Some((tokens, format)) = s.tokens {
             m.tokens_sent
@@ -383,14 +419,13 @@ where
                         // Health probes and reflection are frequent and say little.
                         tracing::debug!(method = %method, code = code_name, latency_ms, "call");
                     } else {
-                        let s = summary.cloned().unwrap_or_default();
+                        let none = CallSummary::default();
+                        let s = summary.unwrap_or(&none);
                         // JSON text, so the JSON log format can embed it as a real array.
-                        let domains = serde_json::Value::from(
-                            s.domains
-                                .iter()
-                                .map(|(d, r)| format!("{d}:{r}"))
-                                .collect::<Vec<String>>(),
-                        );
+                        let domains = s
+                            .domains
+                            .as_ref()
+                            .map_or_else(|| "[]".to_string(), RoutedDomains::to_json);
                         tracing::info!(
                             method = %method,
                             code = code_name,
@@ -443,26 +478,25 @@ where
         }
         let mut line = String::new();
         self.0.format_event(ctx, Writer::new(&mut line), event)?;
-        let Ok(serde_json::Value::Object(mut object)) = serde_json::from_str(&line) else {
-            return writer.write_str(&line);
-        };
-        // The fields are under "fields", or at the top level when flattened.
-        if let Some(serde_json::Value::Object(fields)) = object.get_mut("fields") {
-            embed_json_fields(fields);
+        for name in JSON_VALUED_FIELDS {
+            embed_json_field(&mut line, name);
         }
-        embed_json_fields(&mut object);
-        writeln!(writer, "{}", serde_json::Value::Object(object))
+        writer.write_str(&line)
     }
 }
 
-fn embed_json_fields(fields: &mut serde_json::Map<String, serde_json::Value>) {
-    for name in JSON_VALUED_FIELDS {
-        if let Some(value) = fields.get_mut(*name)
-            && let Some(text) = value.as_str()
-            && let Ok(parsed) = serde_json::from_str(text)
-        {
-            *value = parsed;
-        }
+/// Replaces the string value of field `name` in the JSON `line` by the JSON text it holds,
+/// when it holds JSON. Inside a JSON string every `"` is escaped, so `"name":` occurs only
+/// where the field's key is (under "fields", or at the top level when flattened).
+fn embed_json_field(line: &mut String, name: &str) {
+    let key = format!("\"{name}\":");
+    let Some(at) = line.find(&key) else { return };
+    let start = at + key.len();
+    let mut values = serde_json::Deserializer::from_str(&line[start..]).into_iter::<String>();
+    let Some(Ok(text)) = values.next() else { return };
+    let end = start + values.byte_offset();
+    if serde_json::from_str::<serde::de::IgnoredAny>(&text).is_ok() {
+        line.replace_range(start..end, &text);
     }
 }
 
@@ -525,6 +559,64 @@ mod tests {
         assert_eq!(h, conversation_hash("user-42"));
         assert_ne!(h, conversation_hash("user-43"));
         assert!(!h.contains("user"));
+    }
+
+    #[test]
+    fn a_json_valued_field_is_embedded_where_its_key_is_and_nowhere_else() {
+        let cases = [
+            // Under "fields", and flattened at the top level.
+            (
+                r#"{"level":"INFO","fields":{"message":"call","domains":"[\"a:core\",\"b:fallback\"]","tools":3}}"#,
+                r#"{"level":"INFO","fields":{"message":"call","domains":["a:core","b:fallback"],"tools":3}}"#,
+            ),
+            (r#"{"domains":"[]","x":1}"#, r#"{"domains":[],"x":1}"#),
+            // A string that is not JSON stays a string.
+            (
+                r#"{"domains":"not json","x":1}"#,
+                r#"{"domains":"not json","x":1}"#,
+            ),
+            // The key's text inside another value is escaped there, so it is not the key.
+            (
+                r#"{"cause":"bad \"domains\":\"[1]\"","domains":"[2]"}"#,
+                r#"{"cause":"bad \"domains\":\"[1]\"","domains":[2]}"#,
+            ),
+            // No such field, or not a string: unchanged.
+            (
+                r#"{"fields":{"message":"call"}}"#,
+                r#"{"fields":{"message":"call"}}"#,
+            ),
+            (r#"{"domains":7}"#, r#"{"domains":7}"#),
+        ];
+        for (line, want) in cases {
+            let mut got = line.to_string();
+            embed_json_field(&mut got, "domains");
+            assert_eq!(got, want, "{line}");
+            serde_json::from_str::<serde_json::Value>(&got).unwrap();
+        }
+    }
+
+    #[test]
+    fn routed_domains_are_logged_as_a_json_array_of_name_and_reason() {
+        let registry = Arc::new(crate::registry::Registry::demo());
+        let first = registry.domain_ids().next().unwrap();
+        let last = registry.domain_ids().last().unwrap();
+        let routed = RoutedDomains {
+            registry: Arc::clone(&registry),
+            domains: vec![(first, Reason::Core), (last, Reason::Fallback)],
+        };
+        let want = serde_json::json!([
+            format!("{}:core", registry.domain(first).name),
+            format!("{}:fallback", registry.domain(last).name),
+        ]);
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(&routed.to_json()).unwrap(),
+            want
+        );
+        let none = RoutedDomains {
+            registry,
+            domains: Vec::new(),
+        };
+        assert_eq!(none.to_json(), "[]");
     }
 
     #[test]
