@@ -13,10 +13,11 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 use std::time::Instant;
 
+use arc_swap::ArcSwapOption;
 use prometheus::{
     Encoder as _, Gauge, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
     Registry, TextEncoder,
@@ -68,23 +69,37 @@ impl RoutedDomains {
 
     /// `["name:reason", ...]` as JSON text, for the call log.
     fn to_json(&self) -> String {
-        let mut out = Vec::with_capacity(2 + self.domains.len() * 24);
-        out.push(b'[');
+        let mut out = String::with_capacity(2 + self.domains.len() * 24);
+        out.push('[');
         for (i, (name, reason)) in self.iter().enumerate() {
             if i > 0 {
-                out.push(b',');
+                out.push(',');
             }
-            // Writing JSON into a Vec cannot fail.
-            let _ = serde::Serializer::collect_str(
-                &mut serde_json::Serializer::new(&mut out),
-                &format_args!("{name}:{reason}"),
-            );
+            if is_plain(name) {
+                out.push('"');
+                out.push_str(name);
+                out.push(':');
+                out.push_str(reason);
+                out.push('"');
+            } else {
+                push_json_str(&mut out, &format!("{name}:{reason}"));
+            }
         }
-        out.push(b']');
-        // serde_json writes UTF-8.
-        String::from_utf8(out).unwrap_or_default()
+        out.push(']');
+        out
     }
 }
+
+/// `toolrouter_route_domains_total`'s counter for each domain (by index) and [`Reason`] (by
+/// discriminant) of one registry, each fetched when first counted.
+struct RouteCounters {
+    version: u64,
+    cells: Vec<[OnceLock<IntCounter>; REASONS]>,
+}
+
+/// How many [`Reason`]s there are.
+const REASONS: usize = 6;
+const _: () = assert!(Reason::Fallback as usize == REASONS - 1);
 
 /// A short, stable hash of a conversation id (FNV-1a, 8 hex digits): enough to follow one
 /// conversation through the log without writing the id (which may be a user id) itself.
@@ -108,6 +123,9 @@ struct MetricsInner {
     requests: IntCounterVec,
     latency: HistogramVec,
     route_domains: IntCounterVec,
+    /// `route_domains`' counters for the registry being served, looked up by label once per
+    /// domain and reason instead of on every answer (a fallback answer counts hundreds).
+    route_counters: ArcSwapOption<RouteCounters>,
     tokens_sent: IntCounterVec,
     route_fallbacks: IntCounter,
     loads: IntCounterVec,
@@ -211,6 +229,7 @@ impl Metrics {
                 requests,
                 latency,
                 route_domains,
+                route_counters: ArcSwapOption::empty(),
                 tokens_sent,
                 route_fallbacks,
                 loads,
@@ -228,8 +247,16 @@ impl Metrics {
         m.requests.with_label_values(&[method, code]).inc();
         m.latency.with_label_values(&[method]).observe(seconds);
         let Some(s) = summary else { return };
-        for (domain, reason) in s.domains.iter().flat_map(RoutedDomains::iter) {
-            m.route_domains.with_label_values(&[domain, reason]).inc();
+        if let Some(routed) = &s.domains {
+            let counters = self.route_counters(&routed.registry);
+            for &(domain, reason) in &routed.domains {
+                counters.cells[domain.index()][reason as usize]
+                    .get_or_init(|| {
+                        let name = routed.registry.domain(domain).name.as_str();
+                        m.route_domains.with_label_values(&[name, reason.as_str()])
+                    })
+                    .inc();
+            }
         }
         if let Some((tokens, format)) = s.tokens {
             m.tokens_sent
@@ -241,6 +268,24 @@ impl Metrics {
         }
         if let Some(group) = &s.group {
             m.loads.with_label_values(&[group.as_str()]).inc();
+        }
+    }
+
+    /// The route counters of `registry`, made when it is not the one they were made for.
+    fn route_counters(&self, registry: &registry::Registry) -> Arc<RouteCounters> {
+        let current = self.inner.route_counters.load_full();
+        let fits =
+            |c: &RouteCounters| c.version == registry.version() && c.cells.len() == registry.domains().len();
+        match current {
+            Some(c) if fits(&c) => c,
+            _ => {
+                let c = Arc::new(RouteCounters {
+                    version: registry.version(),
+                    cells: registry.domains().iter().map(|_| Default::default()).collect(),
+                });
+                self.inner.route_counters.store(Some(Arc::clone(&c)));
+                c
+            }
         }
     }
 
@@ -458,6 +503,11 @@ pub(crate) const JSON_VALUED_FIELDS: &[&str] = &["domains"];
 /// The `--log-format json` event format: tracing-subscriber's JSON format (`F`), with the
 /// fields in [`JSON_VALUED_FIELDS`] embedded as JSON values instead of strings. Events
 /// without such a field are written by `F` untouched.
+///
+/// The call log's own events (this module's, outside any span, the common case: one per
+/// call) are written directly in `F`'s shape, the JSON text copied in as it is: going through
+/// `F` escapes a fallback answer's few kilobytes of domains into a string only to parse them
+/// back out, which cost more than the rest of the call's logging.
 pub(crate) struct JsonLogFormat<F>(pub F);
 
 impl<S, N, F> FormatEvent<S, N> for JsonLogFormat<F>
@@ -476,12 +526,120 @@ where
         if !JSON_VALUED_FIELDS.iter().any(|name| fields.field(name).is_some()) {
             return self.0.format_event(ctx, writer, event);
         }
+        let in_span = event.parent().is_some() || ctx.lookup_current().is_some();
+        if event.metadata().target() == module_path!() && !in_span {
+            return write_call_line(&mut writer, event);
+        }
         let mut line = String::new();
         self.0.format_event(ctx, Writer::new(&mut line), event)?;
         for name in JSON_VALUED_FIELDS {
             embed_json_field(&mut line, name);
         }
         writer.write_str(&line)
+    }
+}
+
+/// One event as tracing-subscriber's JSON format writes an event outside any span
+/// (`timestamp`, `level`, `fields` in the event's order, `target`), with the fields in
+/// [`JSON_VALUED_FIELDS`] copied in as the JSON text this module wrote for them.
+fn write_call_line(writer: &mut Writer<'_>, event: &tracing::Event<'_>) -> std::fmt::Result {
+    use tracing_subscriber::fmt::time::FormatTime as _;
+    let mut line = String::with_capacity(512);
+    line.push_str("{\"timestamp\":\"");
+    tracing_subscriber::fmt::time::SystemTime.format_time(&mut Writer::new(&mut line))?;
+    line.push_str("\",\"level\":\"");
+    line.push_str(event.metadata().level().as_str());
+    line.push_str("\",\"fields\":{");
+    let mut fields = JsonFields {
+        line,
+        first: true,
+        scratch: String::new(),
+    };
+    event.record(&mut fields);
+    let mut line = fields.line;
+    line.push_str("},\"target\":");
+    push_json_str(&mut line, event.metadata().target());
+    line.push_str("}\n");
+    writer.write_str(&line)
+}
+
+/// Writes an event's fields as JSON members, as `tracing_serde` does: strings, numbers and
+/// booleans as themselves, anything else as its `Debug` text.
+struct JsonFields {
+    line: String,
+    first: bool,
+    scratch: String,
+}
+
+impl JsonFields {
+    fn key(&mut self, field: &tracing::field::Field) {
+        if !std::mem::take(&mut self.first) {
+            self.line.push(',');
+        }
+        push_json_str(&mut self.line, field.name());
+        self.line.push(':');
+    }
+
+    fn integer(&mut self, field: &tracing::field::Field, value: impl std::fmt::Display) {
+        use std::fmt::Write as _;
+        self.key(field);
+        let _ = write!(self.line, "{value}");
+    }
+}
+
+impl tracing::field::Visit for JsonFields {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        use std::fmt::Write as _;
+        self.scratch.clear();
+        let _ = write!(self.scratch, "{value:?}");
+        self.key(field);
+        if JSON_VALUED_FIELDS.contains(&field.name()) {
+            self.line.push_str(&self.scratch);
+        } else {
+            push_json_str(&mut self.line, &self.scratch);
+        }
+    }
+
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        self.key(field);
+        push_json_str(&mut self.line, value);
+    }
+
+    fn record_f64(&mut self, field: &tracing::field::Field, value: f64) {
+        self.key(field);
+        // As serde_json writes it (shortest round trip; `null` when not finite).
+        self.line
+            .push_str(&serde_json::to_string(&value).unwrap_or_default());
+    }
+
+    fn record_i64(&mut self, field: &tracing::field::Field, value: i64) {
+        self.integer(field, value);
+    }
+
+    fn record_u64(&mut self, field: &tracing::field::Field, value: u64) {
+        self.integer(field, value);
+    }
+
+    fn record_bool(&mut self, field: &tracing::field::Field, value: bool) {
+        self.key(field);
+        self.line.push_str(if value { "true" } else { "false" });
+    }
+}
+
+/// Whether `text` needs no escaping inside a JSON string.
+fn is_plain(text: &str) -> bool {
+    text.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\')
+}
+
+/// Appends `text` as a JSON string.
+fn push_json_str(out: &mut String, text: &str) {
+    if is_plain(text) {
+        out.push('"');
+        out.push_str(text);
+        out.push('"');
+    } else {
+        // A string always serializes.
+        out.push_str(&serde_json::to_string(text).unwrap_or_default());
     }
 }
 
@@ -595,6 +753,83 @@ mod tests {
         }
     }
 
+    /// The lines one `event` gives with `--log-format json`'s event format and with
+    /// tracing-subscriber's own JSON format (the reference), timestamps blanked.
+    fn json_lines(event: impl Fn()) -> (String, String) {
+        #[derive(Clone, Default)]
+        struct Buf(Arc<std::sync::Mutex<Vec<u8>>>);
+        impl std::io::Write for Buf {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let blank_time = |buf: &Buf| {
+            let text = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+            let at = text.find("\",\"level\"").unwrap();
+            format!("{{\"timestamp\":\"T{}", &text[at..])
+        };
+        let (ours, reference) = (Buf::default(), Buf::default());
+        let w = ours.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .json()
+            .event_format(JsonLogFormat(tracing_subscriber::fmt::format().json()))
+            .with_writer(move || w.clone())
+            .finish();
+        tracing::subscriber::with_default(subscriber, &event);
+        let w = reference.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .json()
+            .with_writer(move || w.clone())
+            .finish();
+        tracing::subscriber::with_default(subscriber, &event);
+        (blank_time(&ours), blank_time(&reference))
+    }
+
+    #[test]
+    fn the_call_line_is_the_json_format_with_its_list_embedded() {
+        let domains = r#"["a:core","b\"x:fallback"]"#;
+        let (ours, reference) = json_lines(|| {
+            // The call log's target, as its events in `Logged` have.
+            tracing::info!(
+                target: "toolrouter::telemetry",
+                method = %"Route",
+                code = "OK",
+                latency_ms = 0.25,
+                big = 1e300,
+                nan = f64::NAN,
+                conversation = "tab\there \"quoted\" \\ é",
+                tools = 3u64,
+                below = -3i64,
+                domains = %domains,
+                fallback = false,
+                cause = ?Some("debug"),
+                "call"
+            );
+        });
+        let mut want = reference.clone();
+        embed_json_field(&mut want, "domains");
+        assert_eq!(ours, want);
+        assert!(ours.ends_with('\n'));
+        let v: serde_json::Value = serde_json::from_str(&ours).unwrap();
+        assert_eq!(v["fields"]["domains"][1], "b\"x:fallback");
+        assert_eq!(v["fields"]["nan"], serde_json::Value::Null);
+
+        // Inside a span the reference format writes the span too; the embedding still holds.
+        let (ours, reference) = json_lines(|| {
+            let span = tracing::info_span!("outer", id = 7);
+            let _entered = span.enter();
+            tracing::info!(target: "toolrouter::telemetry", domains = %"[]", "call");
+        });
+        let mut want = reference;
+        embed_json_field(&mut want, "domains");
+        assert_eq!(ours, want);
+        assert!(ours.contains(r#""spans":[{"id":7,"name":"outer"}]"#), "{ours}");
+    }
+
     #[test]
     fn routed_domains_are_logged_as_a_json_array_of_name_and_reason() {
         let registry = Arc::new(crate::registry::Registry::demo());
@@ -617,6 +852,32 @@ mod tests {
             domains: Vec::new(),
         };
         assert_eq!(none.to_json(), "[]");
+    }
+
+    #[test]
+    fn route_reasons_are_counted_per_domain_and_reason() {
+        let registry = Arc::new(crate::registry::Registry::demo());
+        let (first, last) = (
+            registry.domain_ids().next().unwrap(),
+            registry.domain_ids().last().unwrap(),
+        );
+        let summary = CallSummary {
+            domains: Some(RoutedDomains {
+                registry: Arc::clone(&registry),
+                domains: vec![(first, Reason::Core), (last, Reason::Fallback)],
+            }),
+            ..CallSummary::default()
+        };
+        let metrics = Metrics::new();
+        metrics.observe("Route", "OK", 0.001, Some(&summary));
+        metrics.observe("Route", "OK", 0.001, Some(&summary));
+        let count = |d: DomainId, r: &str| {
+            let name = registry.domain(d).name.as_str();
+            metrics.inner.route_domains.with_label_values(&[name, r]).get()
+        };
+        assert_eq!(count(first, "core"), 2);
+        assert_eq!(count(last, "fallback"), 2);
+        assert_eq!(count(first, "fallback"), 0);
     }
 
     #[test]
