@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use tonic::{Request, Response, Status};
 
 use crate::error::{Error, Result};
@@ -294,31 +294,29 @@ impl ToolRouter for ToolRouterService {
             } else {
                 String::new()
             },
-            domains: decision
-                .domains
-                .iter()
-                .map(|inc| {
-                    let search = (inc.reason == Reason::Search)
-                        .then(|| decision.search_hit(inc.domain))
-                        .flatten();
-                    proto::DomainDecision {
-                        domain: registry.domain(inc.domain).name.clone(),
-                        reason: reason(inc.reason).into(),
-                        matched_keywords: decision
-                            .matched(inc)
-                            .iter()
-                            .map(|&k| registry.keyword(k).to_string())
-                            .collect(),
-                        matched_terms: search.map(|h| h.terms.clone()).unwrap_or_default(),
-                        score: search.map_or(0.0, |h| h.score),
-                        tokens: domain_tokens(inc.domain),
-                    }
-                })
-                .collect(),
+            domains: Vec::new(),
             fallback: decision.fallback,
             registry_version: registry.version(),
         };
-        let mut response = Response::new(spliced(message, format, wire::ROUTE_TOOLS_JSON, pieces));
+        // The decisions are written straight into one buffer, spliced in like the tools.
+        let mut decisions = BytesMut::with_capacity(decision.domains.len() * 32);
+        for inc in &decision.domains {
+            let search = (inc.reason == Reason::Search)
+                .then(|| decision.search_hit(inc.domain))
+                .flatten();
+            wire::Decision {
+                domain: &registry.domain(inc.domain).name,
+                reason: reason(inc.reason),
+                matched_keywords: decision.matched(inc).iter().map(|&k| registry.keyword(k)),
+                matched_terms: search.map_or(&[], |h| &h.terms),
+                score: search.map_or(0.0, |h| h.score),
+                tokens: domain_tokens(inc.domain),
+            }
+            .put(&mut decisions);
+        }
+        let mut response = Response::new(
+            spliced(message, format, wire::ROUTE_TOOLS_JSON, pieces).and_entry(decisions.freeze()),
+        );
         response.extensions_mut().insert(summary);
         Ok(response)
     }

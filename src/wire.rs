@@ -38,6 +38,81 @@ pub const ROUTE_TOOLS_JSON: u32 = 5;
 /// [`crate::render::Encoded::FIELD`]).
 pub const LIST_ALL_TOOLS_JSON: u32 = 4;
 
+/// The field number of `domains` in `RouteResponse`.
+pub const ROUTE_DOMAINS: u32 = 2;
+
+/// One `DomainDecision` of a `Route` answer, as borrowed values (the fields of
+/// `proto::DomainDecision`).
+#[derive(Debug, Clone)]
+#[allow(missing_docs)]
+pub struct Decision<'a, K> {
+    pub domain: &'a str,
+    pub reason: proto::Reason,
+    /// `matched_keywords`, in order.
+    pub matched_keywords: K,
+    pub matched_terms: &'a [String],
+    pub score: f32,
+    pub tokens: u32,
+}
+
+impl<'a, K: Iterator<Item = &'a str> + Clone> Decision<'a, K> {
+    /// Appends the decision to `buf` as an entry of `RouteResponse.domains`: the bytes prost
+    /// writes for the `proto::DomainDecision` with these values, without building one (a
+    /// fallback answer has a decision per domain, each a name that would be copied into a new
+    /// string and then into the frame).
+    pub fn put(&self, buf: &mut impl BufMut) {
+        let reason = i32::from(self.reason);
+        let string_len = |tag: u32, s: &str| key_len(tag) + encoded_len_varint(s.len() as u64) + s.len();
+        let mut len = 0;
+        if !self.domain.is_empty() {
+            len += string_len(1, self.domain);
+        }
+        if reason != 0 {
+            len += key_len(2) + encoded_len_varint(i64::from(reason) as u64);
+        }
+        len += self
+            .matched_keywords
+            .clone()
+            .map(|k| string_len(3, k))
+            .sum::<usize>();
+        len += self.matched_terms.iter().map(|t| string_len(4, t)).sum::<usize>();
+        if self.score != 0.0 {
+            len += key_len(5) + 4;
+        }
+        if self.tokens != 0 {
+            len += key_len(6) + encoded_len_varint(u64::from(self.tokens));
+        }
+        encode_key(ROUTE_DOMAINS, WireType::LengthDelimited, buf);
+        encode_varint(len as u64, buf);
+        fn put_string(tag: u32, s: &str, buf: &mut impl BufMut) {
+            encode_key(tag, WireType::LengthDelimited, buf);
+            encode_varint(s.len() as u64, buf);
+            buf.put_slice(s.as_bytes());
+        }
+        if !self.domain.is_empty() {
+            put_string(1, self.domain, buf);
+        }
+        if reason != 0 {
+            encode_key(2, WireType::Varint, buf);
+            encode_varint(i64::from(reason) as u64, buf);
+        }
+        for k in self.matched_keywords.clone() {
+            put_string(3, k, buf);
+        }
+        for t in self.matched_terms {
+            put_string(4, t, buf);
+        }
+        if self.score != 0.0 {
+            encode_key(5, WireType::ThirtyTwoBit, buf);
+            buf.put_f32_le(self.score);
+        }
+        if self.tokens != 0 {
+            encode_key(6, WireType::Varint, buf);
+            encode_varint(u64::from(self.tokens), buf);
+        }
+    }
+}
+
 /// A message followed by fields encoded ahead of time.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Spliced<M> {
@@ -65,6 +140,13 @@ impl<M> Spliced<M> {
     #[must_use]
     pub fn with_entries(mut self, entries: Vec<Bytes>) -> Spliced<M> {
         self.entries = entries;
+        self
+    }
+
+    /// Adds one more field entry encoded ahead of time (see [`Spliced::with_entries`]).
+    #[must_use]
+    pub fn and_entry(mut self, entry: Bytes) -> Spliced<M> {
+        self.entries.push(entry);
         self
     }
 

@@ -122,3 +122,58 @@ fn a_spliced_json_array_decodes_as_the_assembled_one() {
         );
     }
 }
+
+/// Decisions written from borrowed values are the bytes prost writes for the message.
+#[test]
+fn a_decision_is_written_as_prost_writes_it() {
+    let terms = ["heating".to_string(), "thermostat".to_string()];
+    let long = "d".repeat(200);
+    /// (domain, reason, matched keywords, matched terms, score, tokens)
+    type Case<'a> = (&'a str, proto::Reason, Vec<&'a str>, &'a [String], f32, u32);
+    let cases: Vec<Case> = vec![
+        ("docker", proto::Reason::Fallback, vec![], &[], 0.0, 1234),
+        (
+            "docker",
+            proto::Reason::Keyword,
+            vec!["container", "docker"],
+            &[],
+            0.0,
+            7,
+        ),
+        ("climate", proto::Reason::Search, vec![], &terms, 3.25, 300_000),
+        ("", proto::Reason::Unspecified, vec![""], &[], -0.0, 0),
+        (
+            &long,
+            proto::Reason::Core,
+            vec![&long],
+            &terms[..1],
+            f32::MIN_POSITIVE,
+            u32::MAX,
+        ),
+    ];
+    for (domain, reason, keywords, terms, score, tokens) in cases {
+        let want = proto::RouteResponse {
+            domains: vec![proto::DomainDecision {
+                domain: domain.to_string(),
+                reason: reason.into(),
+                matched_keywords: keywords.iter().map(|k| k.to_string()).collect(),
+                matched_terms: terms.to_vec(),
+                score,
+                tokens,
+            }],
+            ..Default::default()
+        }
+        .encode_to_vec();
+        let mut got = Vec::new();
+        Decision {
+            domain,
+            reason,
+            matched_keywords: keywords.iter().copied(),
+            matched_terms: terms,
+            score,
+            tokens,
+        }
+        .put(&mut got);
+        assert_eq!(got, want, "{domain} {reason:?}");
+    }
+}
