@@ -15,7 +15,9 @@
 use std::borrow::Cow;
 use std::collections::HashMap;
 
-use aho_corasick::{AhoCorasick, AhoCorasickBuilder, MatchKind};
+use aho_corasick::automaton::Automaton as _;
+use aho_corasick::nfa::contiguous::{Builder, NFA};
+use aho_corasick::{Anchored, Input, MatchKind};
 
 use crate::registry::KeywordId;
 
@@ -50,7 +52,7 @@ const E_STEM_SUFFIXES: &[&str] = &["ing"];
 #[derive(Debug, Clone)]
 pub struct Matcher {
     /// `None` when there are no keywords at all.
-    automaton: Option<AhoCorasick>,
+    automaton: Option<NFA>,
     /// For each automaton pattern: the keywords it stands for and how it may end. Equal
     /// patterns (the same keyword in two domains, or a stem equal to another keyword) are
     /// merged, so every pattern id maps to all of them.
@@ -98,19 +100,12 @@ impl Matcher {
             None
         } else {
             Some(
-                AhoCorasickBuilder::new()
+                Builder::new()
                     // Standard semantics are what overlapping search needs, and overlapping
                     // search is what finds every keyword, also one inside another
                     // (`vault` / `vaultwarden`, `library` / `scan library`).
                     .match_kind(MatchKind::Standard)
                     .ascii_case_insensitive(true)
-                    // A contiguous NFA: compact (601 KiB for seal's 2,422 keywords, where a
-                    // full DFA takes 13.6 MiB), so in the daemon, where each answer's bytes
-                    // pass through the caches between two turns, it scans a message in 13 µs
-                    // against the DFA's 20, and builds in 19 ms against 63. Chosen
-                    // explicitly, not by size, so a scan costs alike per byte at every
-                    // registry size (see BENCHMARKS.md).
-                    .kind(Some(aho_corasick::AhoCorasickKind::ContiguousNFA))
                     .build(&patterns)?,
             )
         };
@@ -122,9 +117,10 @@ impl Matcher {
     }
 
     /// The automaton itself (`None` when there are no keywords), for measuring the bare
-    /// scan that [`Matcher::find`] adds its rules to. It is ASCII case-insensitive and
-    /// expects what `find` searches: an ASCII message as it is, any other lowercased.
-    pub fn automaton(&self) -> Option<&AhoCorasick> {
+    /// scan of the whole message (unanchored, overlapping) that [`Matcher::find`] is
+    /// compared with. It is ASCII case-insensitive and expects what `find` searches: an ASCII
+    /// message as it is, any other lowercased.
+    pub fn automaton(&self) -> Option<&NFA> {
         self.automaton.as_ref()
     }
 
@@ -135,21 +131,82 @@ impl Matcher {
 
     /// Every keyword found in `message`, sorted and each once.
     pub fn find(&self, message: &str) -> Vec<KeywordId> {
-        let Some(ac) = &self.automaton else {
+        let Some(nfa) = &self.automaton else {
             return Vec::new();
         };
         let text = searchable(message);
         let mut hits = Vec::new();
-        for m in ac.find_overlapping_iter(text.as_ref()) {
-            for &(k, ending) in &self.targets[m.pattern().as_usize()] {
-                if self.mode == MatchMode::Substring || word_hit(&text, m.start(), m.end(), ending) {
+        let mut hit = |pattern: usize, start: usize, end: usize| {
+            for &(k, ending) in &self.targets[pattern] {
+                if self.mode == MatchMode::Substring || word_hit(&text, start, end, ending) {
                     hits.push(k);
+                }
+            }
+        };
+        match self.mode {
+            MatchMode::Substring => {
+                for m in overlapping(nfa, &text) {
+                    hit(m.pattern().as_usize(), m.start(), m.end());
+                }
+            }
+            MatchMode::Word => {
+                for start in word_starts(&text) {
+                    anchored(nfa, &text, start, |pattern, end| hit(pattern, start, end));
                 }
             }
         }
         hits.sort_unstable();
         hits.dedup();
         hits
+    }
+}
+
+/// Every match of the automaton in `text`, overlapping ones included.
+fn overlapping<'a>(nfa: &'a NFA, text: &'a str) -> impl Iterator<Item = aho_corasick::Match> + 'a {
+    // The automaton is built for unanchored standard-semantics search, which is what
+    // overlapping iteration needs, so this cannot fail.
+    nfa.try_find_overlapping_iter(Input::new(text))
+        .into_iter()
+        .flatten()
+}
+
+/// Where a word-mode keyword may start: the start of the text and every character that
+/// follows one that is not a letter or digit ([`word_hit`]'s first condition).
+fn word_starts(text: &str) -> impl Iterator<Item = usize> + '_ {
+    let mut after_word_char = false;
+    text.char_indices().filter_map(move |(i, c)| {
+        let start = !after_word_char;
+        after_word_char = is_word_char(c);
+        start.then_some(i)
+    })
+}
+
+/// Calls `found(pattern, end)` for each pattern that matches `text` starting exactly at
+/// `start`: a walk down the automaton's trie from its anchored start state (no failure
+/// transitions), so a word costs the length of its longest keyword prefix, where a scan of
+/// the whole message with the unanchored automaton also walks inside words and follows
+/// failure transitions. A turn meets the automaton cold (each answer's bytes pass through
+/// the caches between two turns), so every state entered is a wait on memory.
+fn anchored(nfa: &NFA, text: &str, start: usize, mut found: impl FnMut(usize, usize)) {
+    // The contiguous NFA always has an anchored start state.
+    let Ok(mut sid) = nfa.start_state(Anchored::Yes) else {
+        return;
+    };
+    for (len, &byte) in (1..).zip(&text.as_bytes()[start..]) {
+        sid = nfa.next_state(Anchored::Yes, sid, byte);
+        if nfa.is_dead(sid) {
+            return;
+        }
+        if nfa.is_match(sid) {
+            for i in 0..nfa.match_len(sid) {
+                let pattern = nfa.match_pattern(sid, i);
+                // A state also holds the matches of its suffixes (for unanchored search,
+                // which reaches them by failure transitions); only those starting here count.
+                if nfa.pattern_len(pattern) == len {
+                    found(pattern.as_usize(), start + len);
+                }
+            }
+        }
     }
 }
 
@@ -328,5 +385,40 @@ mod tests {
     fn hits_are_sorted_and_unique_even_when_a_keyword_hits_twice() {
         let m = Matcher::new(["b", "a"], Word).unwrap();
         assert_eq!(m.find("a b a b"), vec![KeywordId::at(0), KeywordId::at(1)]);
+    }
+
+    /// Word mode as a scan of the whole message: every match of the unanchored automaton,
+    /// kept when [`word_hit`] accepts it.
+    fn find_by_full_scan(m: &Matcher, message: &str) -> Vec<KeywordId> {
+        let Some(nfa) = &m.automaton else {
+            return Vec::new();
+        };
+        let text = searchable(message);
+        let mut hits: Vec<KeywordId> = overlapping(nfa, &text)
+            .flat_map(|mt| {
+                m.targets[mt.pattern().as_usize()]
+                    .iter()
+                    .filter(|&&(_, ending)| word_hit(&text, mt.start(), mt.end(), ending))
+                    .map(|&(k, _)| k)
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        hits.sort_unstable();
+        hits.dedup();
+        hits
+    }
+
+    proptest::proptest! {
+        /// Walking the trie from each word start finds what scanning the whole message
+        /// and applying the word rule finds. A small alphabet, so keywords hit often, inside
+        /// words and across them, with capitals, suffixes and non-ASCII letters.
+        #[test]
+        fn walking_from_word_starts_finds_what_a_full_scan_finds(
+            keywords in proptest::collection::vec("[abey][abeyé -]{0,5}", 1..12),
+            message in "[abeyAEé .-]{0,120}",
+        ) {
+            let m = Matcher::new(keywords.iter().map(String::as_str), Word).unwrap();
+            proptest::prop_assert_eq!(m.find(&message), find_by_full_scan(&m, &message));
+        }
     }
 }

@@ -23,6 +23,7 @@ use std::cell::Cell;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
+use aho_corasick::automaton::Automaton as _;
 use criterion::{Criterion, Throughput};
 use toolrouter::matcher::{MatchMode, Matcher};
 use toolrouter::router::{Activation, Inputs, Options, route};

@@ -4,6 +4,8 @@
 
 use std::borrow::Cow;
 
+use aho_corasick::Input;
+use aho_corasick::automaton::Automaton as _;
 use toolrouter::matcher::Matcher;
 
 /// How many raw automaton matches `message` has. The automaton is ASCII case-insensitive,
@@ -17,7 +19,10 @@ pub fn scan(matcher: &Matcher, message: &str) -> usize {
     } else {
         Cow::Owned(message.to_lowercase())
     };
-    automaton.find_overlapping_iter(text.as_ref()).count()
+    // Built for unanchored overlapping search, so the iterator is always there.
+    automaton
+        .try_find_overlapping_iter(Input::new(text.as_ref()))
+        .map_or(0, Iterator::count)
 }
 
 #[cfg(test)]
