@@ -2,7 +2,8 @@
 # gRPC benchmark: the daemon against the transport floor (the baseline server, which sends
 # the daemon's own answers prebuilt, without routing). Both servers are pinned to core 0 and
 # the load generator to core 1. Load alternates between the two servers for several rounds
-# at concurrency 1 and 16, so drift on a shared machine hits both alike; medians are
+# at concurrency 1 and 16 (every other round in reverse order), so drift on a shared machine
+# hits both alike; medians are
 # reported. Then the daemon's start-up time (process start to health SERVING) and peak RSS.
 #
 # Usage: [FORMAT=F] [DAEMON_FLAGS='...'] [DAEMON_BIN=path] benches/grpc.sh [workload] [duration] [rounds]
@@ -75,14 +76,17 @@ if [ -n "${BEFORE_BIN:-}" ]; then
   servers+=(before); ports+=([2]=$before_port)
 fi
 
+order=("${!servers[@]}")
 for round in $(seq "$rounds"); do
+  # Every other round in reverse order, so that drift during a round favours no server.
+  if (( round % 2 == 0 )); then seq_=$(printf '%s\n' "${order[@]}" | tac); else seq_=${order[*]}; fi
   for c in 1 16; do
-    for i in "${!servers[@]}"; do
+    for i in $seq_; do
       server=${servers[$i]}; port=${ports[$i]}
       line=$(taskset -c 1 "$bin" bench grpc --addr "http://127.0.0.1:$port" --duration "$duration" \
         --concurrency "$c" --messages "$tmp/messages.jsonl" "${format[@]}" | tail -n 1)
       echo "round $round $server concurrency $c: $line"
-      echo "$server $c $line" >> "$tmp/results"
+      echo "$server $c $round $line" >> "$tmp/results"
     done
   done
 done
@@ -93,7 +97,7 @@ python3 - "$tmp/results" <<'PY'
 import json, statistics, sys
 runs = {}
 for line in open(sys.argv[1]):
-    server, c, js = line.split(" ", 2)
+    server, c, rnd, js = line.split(" ", 3)
     runs.setdefault((server, int(c)), []).append(json.loads(js))
 for c in (1, 16):
     d, b = runs[("daemon", c)], runs[("baseline", c)]
@@ -102,7 +106,8 @@ for c in (1, 16):
     errors = sum(r["errors"] for r in d + b)
     print(f"concurrency {c}: daemon {dr:.0f} req/s (p50 {med(d, 'p50_us'):.0f} us, p99 {med(d, 'p99_us'):.0f} us), "
           f"baseline {br:.0f} req/s (p50 {med(b, 'p50_us'):.0f} us, p99 {med(b, 'p99_us'):.0f} us), "
-          f"ratio {dr / br:.3f}, errors {errors}")
+          f"ratio {dr / br:.3f} (median of the rounds' own ratios "
+          f"{statistics.median(x['requests_per_sec'] / y['requests_per_sec'] for x, y in zip(d, b)):.3f}), errors {errors}")
     if ("before", c) in runs:
         e = runs[("before", c)]
         er = med(e, "requests_per_sec")
