@@ -238,13 +238,26 @@ impl ToolRouter for ToolRouterService {
         let registry = &view.registry;
         let scope = view.scope(profile);
         let meta = scope.meta_rendered(counted(format));
-        let domain_tokens = |d: DomainId| scope.domain_tokens(d, counted(format));
-        let tokens = meta.tokens(0..meta.len())
-            + decision
-                .domains
-                .iter()
-                .map(|inc| domain_tokens(inc.domain))
-                .sum::<u32>();
+        // The decisions are written straight into one buffer, spliced in like the tools; the
+        // answer's tokens are the meta-tools' plus each decision's.
+        let mut tokens = meta.tokens(0..meta.len());
+        let mut decisions = BytesMut::with_capacity(decision.domains.len() * 32);
+        for inc in &decision.domains {
+            let search = (inc.reason == Reason::Search)
+                .then(|| decision.search_hit(inc.domain))
+                .flatten();
+            let domain_tokens = scope.domain_tokens(inc.domain, counted(format));
+            tokens += domain_tokens;
+            wire::Decision {
+                domain: &registry.domain(inc.domain).name,
+                reason: reason(inc.reason),
+                matched_keywords: decision.matched(inc).iter().map(|&k| registry.keyword(k)),
+                matched_terms: search.map_or(&[], |h| &h.terms),
+                score: search.map_or(0.0, |h| h.score),
+                tokens: domain_tokens,
+            }
+            .put(&mut decisions);
+        }
         let tool_count = decision.tool_count(registry, scope.activation);
         // For the call log and the metrics (the telemetry layer reads it off the response).
         let summary = CallSummary {
@@ -298,22 +311,6 @@ impl ToolRouter for ToolRouterService {
             fallback: decision.fallback,
             registry_version: registry.version(),
         };
-        // The decisions are written straight into one buffer, spliced in like the tools.
-        let mut decisions = BytesMut::with_capacity(decision.domains.len() * 32);
-        for inc in &decision.domains {
-            let search = (inc.reason == Reason::Search)
-                .then(|| decision.search_hit(inc.domain))
-                .flatten();
-            wire::Decision {
-                domain: &registry.domain(inc.domain).name,
-                reason: reason(inc.reason),
-                matched_keywords: decision.matched(inc).iter().map(|&k| registry.keyword(k)),
-                matched_terms: search.map_or(&[], |h| &h.terms),
-                score: search.map_or(0.0, |h| h.score),
-                tokens: domain_tokens(inc.domain),
-            }
-            .put(&mut decisions);
-        }
         let mut response = Response::new(
             spliced(message, format, wire::ROUTE_TOOLS_JSON, pieces).and_entry(decisions.freeze()),
         );

@@ -590,12 +590,13 @@ impl JsonFields {
 impl tracing::field::Visit for JsonFields {
     fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
         use std::fmt::Write as _;
-        self.scratch.clear();
-        let _ = write!(self.scratch, "{value:?}");
         self.key(field);
         if JSON_VALUED_FIELDS.contains(&field.name()) {
-            self.line.push_str(&self.scratch);
+            // JSON text already: written into the line as it is.
+            let _ = write!(self.line, "{value:?}");
         } else {
+            self.scratch.clear();
+            let _ = write!(self.scratch, "{value:?}");
             push_json_str(&mut self.line, &self.scratch);
         }
     }
