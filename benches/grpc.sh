@@ -55,7 +55,8 @@ wait_ready() { # port start_ns pid log -> prints milliseconds from start until h
   echo $(( ($(date +%s%N) - $2) / 1000000 ))
 }
 
-daemon_port=$((50100 + RANDOM % 500))
+# Below the ephemeral range (32768-60999), where a client socket may hold the port.
+daemon_port=$((20100 + RANDOM % 500))
 baseline_port=$((daemon_port + 500))
 start=$(date +%s%N)
 taskset -c 0 "$daemon_bin" serve --listen "127.0.0.1:$daemon_port" --database "sqlite://$daemon_db" \

@@ -14,12 +14,16 @@ tmp=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$tmp"' EXIT
 for i in $(seq "$runs"); do
   for bin in "$@"; do
-    port=$((52000 + RANDOM % 2000))
+    # Below the ephemeral range (32768-60999), where a client socket may hold the port.
+    port=$((22000 + RANDOM % 2000))
     start=$(date +%s%N)
     "$bin" serve --listen "127.0.0.1:$port" --database "sqlite://$tmp/db-$i-$port" \
       --manifests "$manifests" --search off "${extra[@]}" 2>"$tmp/log" &
     pid=$!
-    until "$bin" health --addr "127.0.0.1:$port" >/dev/null 2>&1; do sleep 0.002; done
+    until "$bin" health --addr "127.0.0.1:$port" >/dev/null 2>&1; do
+      if ! kill -0 "$pid" 2>/dev/null; then echo "$bin exited:" >&2; tail -n 3 "$tmp/log" >&2; exit 1; fi
+      sleep 0.002
+    done
     ms=$(( ($(date +%s%N) - start) / 1000000 ))
     line="$bin: ready in $ms ms, RSS $(awk '/VmRSS/ {print $2}' "/proc/$pid/status") kB"
     if [ "$i" = 1 ] && [ "$bin" = "$1" ] && "$bin" route --help | grep -q -- --format; then
