@@ -58,6 +58,10 @@ pub struct Config {
     pub search: SearchMode,
     /// A domain is a search hit when it scores at least this share of its segment's best.
     pub search_min_ratio: f32,
+    /// The share of its best a domain must score in a segment that scores nothing against
+    /// the message's best; a segment's share rises from `search_min_ratio` to this as its best
+    /// falls against the message's best.
+    pub search_weak_min_ratio: f32,
     /// At most this many search hits per segment of a message.
     pub search_per_segment: usize,
     /// A segment counts only when its best score is at least this share of the message's best.
@@ -165,6 +169,7 @@ impl Default for Config {
             expose_search_tools: true,
             search: SearchMode::Augment,
             search_min_ratio: search::DEFAULT_MIN_RATIO,
+            search_weak_min_ratio: search::DEFAULT_WEAK_MIN_RATIO,
             search_per_segment: search::DEFAULT_PER_SEGMENT,
             search_segment_ratio: search::DEFAULT_SEGMENT_RATIO,
             conversation_ttl: Duration::from_secs(24 * 3600),
@@ -243,6 +248,7 @@ impl Config {
             search: search::SearchOptions {
                 mode: self.search,
                 min_ratio: self.search_min_ratio,
+                weak_min_ratio: self.search_weak_min_ratio,
                 per_segment: self.search_per_segment,
                 segment_ratio: self.search_segment_ratio,
             },
@@ -354,6 +360,7 @@ impl Config {
         }
         for (key, value) in [
             ("search_min_ratio", self.search_min_ratio),
+            ("search_weak_min_ratio", self.search_weak_min_ratio),
             ("search_segment_ratio", self.search_segment_ratio),
         ] {
             if !(0.0..=1.0).contains(&value) {
@@ -395,6 +402,27 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_search_share_outside_0_to_1_is_refused_naming_its_key() {
+        type Set = fn(&mut Config);
+        let cases: &[(&str, Set)] = &[
+            ("search_min_ratio", |c| c.search_min_ratio = -0.1),
+            ("search_weak_min_ratio", |c| c.search_weak_min_ratio = 1.5),
+            ("search_weak_min_ratio", |c| c.search_weak_min_ratio = f32::NAN),
+            ("search_segment_ratio", |c| c.search_segment_ratio = 2.0),
+        ];
+        for (key, set) in cases {
+            let mut c = Config::default();
+            assert!(c.validate().is_ok());
+            set(&mut c);
+            let e = c.validate().unwrap_err().to_string();
+            assert!(
+                e.contains(&format!("{key} must be between 0 and 1")),
+                "{key}: {e}"
+            );
+        }
+    }
 
     #[test]
     fn a_config_file_overrides_the_defaults_it_names() {

@@ -1421,6 +1421,36 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(config(ROUTE_CASES))]
+
+    #[test]
+    fn asking_more_of_weak_segments_only_takes_search_hits_away(s in scenario()) {
+        let registry = build_registry(&s);
+        let activation = Activation::new(&registry, &Snapshot::new(s.settings.clone()));
+        let matcher = Matcher::new(registry.keywords(), MatchMode::Word).unwrap();
+        let index = SearchIndex::new(&registry);
+        let inputs = Inputs { registry: &registry, matcher: &matcher, index: &index };
+        let hits = |min_ratio: f32, weak_min_ratio: f32| -> Vec<_> {
+            let mut options = Options::default();
+            options.search.min_ratio = min_ratio;
+            options.search.weak_min_ratio = weak_min_ratio;
+            route(inputs, &activation, None, &s.message, &options).search.iter().map(|h| h.domain).collect()
+        };
+        for min_ratio in [0.2f32, 0.45, 0.7] {
+            let plain = hits(min_ratio, min_ratio);
+            // A weak share at or below the plain one changes nothing.
+            prop_assert_eq!(&hits(min_ratio, min_ratio / 2.0), &plain);
+            let mut previous = plain;
+            for weak_min_ratio in [0.5f32, 0.75, 1.0] {
+                let now = hits(min_ratio, weak_min_ratio.max(min_ratio));
+                prop_assert!(now.iter().all(|d| previous.contains(d)), "a stricter weak share added a hit");
+                previous = now;
+            }
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // The budget (SPEC §9): a pure function of the included domains and the limits.
 // ---------------------------------------------------------------------------------------------

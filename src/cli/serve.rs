@@ -156,11 +156,15 @@ serve_args! {
     /// else routed the message) or `augment` (always) [default: augment].
     #[arg(long, env = "TOOLROUTER_SEARCH")]
     search: Option<crate::search::SearchMode>,
-    /// A domain is a search hit when it scores at least this share of its segment's best
-    /// [default: 0.5].
+    /// A domain is a search hit when it scores at least this share of its segment's best, in
+    /// the message's best sentence or clause [default: 0.45].
     #[arg(long, env = "TOOLROUTER_SEARCH_MIN_RATIO")]
     search_min_ratio: Option<f32>,
-    /// At most this many search hits per sentence or clause [default: 6].
+    /// The share asked in a sentence or clause that scores nothing against the message's
+    /// best; weaker segments ask more, rising from --search-min-ratio to this [default: 0.75].
+    #[arg(long, env = "TOOLROUTER_SEARCH_WEAK_MIN_RATIO")]
+    search_weak_min_ratio: Option<f32>,
+    /// At most this many search hits per sentence or clause [default: 8].
     #[arg(long, env = "TOOLROUTER_SEARCH_PER_SEGMENT")]
     search_per_segment: Option<usize>,
     /// A sentence or clause counts only when its best score is at least this share of the

@@ -19,11 +19,15 @@
 //! Routing ([`SearchIndex::domain_hits`]) scores each segment of the message (sentences and
 //! clauses) on its own, so a message with several requests finds each one's domain. A domain
 //! scores what its best tool scores. Within a segment a domain is a hit when it scores at
-//! least [`SearchOptions::min_ratio`] of the segment's best domain, at most
-//! [`SearchOptions::per_segment`] of them; a segment counts only when its best is at least
-//! [`SearchOptions::segment_ratio`] of the message's best segment. Every threshold is
-//! relative to the message's own scores, so they carry over between registries of different
-//! sizes, where absolute BM25 scores do not.
+//! least a share of the segment's best domain, at most [`SearchOptions::per_segment`] of
+//! them; a segment counts only when its best is at least [`SearchOptions::segment_ratio`] of
+//! the message's best segment. The share is [`SearchOptions::min_ratio`] in the message's best
+//! segment and rises linearly towards [`SearchOptions::weak_min_ratio`] as a segment's best
+//! falls towards nothing against the message's best: a sentence that matches every tool only
+//! loosely ("I need some information for my project") brings its best domain, not the six
+//! nearly as loose behind it, while the request the message is about keeps its runners-up.
+//! Every threshold is relative to the message's own scores, so they carry over between
+//! registries of different sizes, where absolute BM25 scores do not.
 
 pub mod analysis;
 mod build;
@@ -84,9 +88,14 @@ impl std::str::FromStr for SearchMode {
 pub struct SearchOptions {
     /// When search runs.
     pub mode: SearchMode,
-    /// A domain is a hit in a segment when it scores at least this share of the segment's
-    /// best domain (0..=1).
+    /// A domain is a hit in the message's best segment when it scores at least this share of
+    /// that segment's best domain (0..=1); see [`SearchOptions::weak_min_ratio`] for the
+    /// other segments.
     pub min_ratio: f32,
+    /// The share a segment whose best scored nothing against the message's best would ask of
+    /// its domains: a segment's share rises linearly from `min_ratio` (a segment as strong as
+    /// the message's best) to this (0..=1; at most `min_ratio` keeps `min_ratio` everywhere).
+    pub weak_min_ratio: f32,
     /// At most this many domains per segment.
     pub per_segment: usize,
     /// A segment counts only when its best score is at least this share of the message's
@@ -94,11 +103,28 @@ pub struct SearchOptions {
     pub segment_ratio: f32,
 }
 
+impl SearchOptions {
+    /// The share of its best a domain must score in a segment whose best is `top`, in a
+    /// message whose best segment's is `message_top` (see [`SearchOptions::weak_min_ratio`]).
+    /// Never below `min_ratio`, which the candidates of every segment already passed.
+    fn segment_floor(&self, top: f32, message_top: f32) -> f32 {
+        let strength = if message_top > 0.0 {
+            (top / message_top).min(1.0)
+        } else {
+            1.0
+        };
+        let weakness = 1.0 - strength;
+        let rise = (self.weak_min_ratio - self.min_ratio).max(0.0);
+        self.min_ratio + rise * weakness
+    }
+}
+
 impl Default for SearchOptions {
     fn default() -> Self {
         SearchOptions {
             mode: SearchMode::Augment,
             min_ratio: DEFAULT_MIN_RATIO,
+            weak_min_ratio: DEFAULT_WEAK_MIN_RATIO,
             per_segment: DEFAULT_PER_SEGMENT,
             segment_ratio: DEFAULT_SEGMENT_RATIO,
         }
@@ -106,9 +132,11 @@ impl Default for SearchOptions {
 }
 
 /// Default [`SearchOptions::min_ratio`].
-pub(crate) const DEFAULT_MIN_RATIO: f32 = 0.5;
+pub(crate) const DEFAULT_MIN_RATIO: f32 = 0.45;
+/// Default [`SearchOptions::weak_min_ratio`].
+pub(crate) const DEFAULT_WEAK_MIN_RATIO: f32 = 0.75;
 /// Default [`SearchOptions::per_segment`].
-pub(crate) const DEFAULT_PER_SEGMENT: usize = 6;
+pub(crate) const DEFAULT_PER_SEGMENT: usize = 8;
 /// The weight of the word-pair field against the description.
 pub(crate) const PAIR_WEIGHT: f32 = 0.75;
 /// Default [`SearchOptions::segment_ratio`].
@@ -686,7 +714,12 @@ impl SearchIndex {
             if *top < options.segment_ratio * message_top {
                 continue;
             }
+            let floor = options.segment_floor(*top, message_top) * top;
             for &(domain, score, tool) in &candidates[segment_candidates.clone()] {
+                if score < floor {
+                    // Candidates are sorted by score, best first.
+                    break;
+                }
                 match best.iter_mut().find(|h| h.0 == domain) {
                     Some(h) if h.1 >= score => {}
                     Some(h) => *h = (domain, score, tool, segment_terms.clone()),

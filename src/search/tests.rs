@@ -115,3 +115,105 @@ fn a_word_many_tools_of_one_domain_share_counts_more_with_the_domain_idf() {
         ratio(0.0)
     );
 }
+
+/// Every domain one segment scores (a segment is scored on its own), best first, ties by
+/// domain.
+fn segment_scores(index: &SearchIndex, segment: &str) -> Vec<(DomainId, f32)> {
+    let every = SearchOptions {
+        min_ratio: 0.0,
+        weak_min_ratio: 0.0,
+        per_segment: usize::MAX,
+        segment_ratio: 0.0,
+        ..SearchOptions::default()
+    };
+    let mut scores: Vec<(DomainId, f32)> = index
+        .domain_hits(segment, &every, None, |_| true)
+        .into_iter()
+        .map(|h| (h.domain, h.score))
+        .collect();
+    scores.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    scores
+}
+
+/// The hits the module documentation describes, from each segment's scores: per segment
+/// that counts, the best `per_segment` domains at or above `min_ratio` of its best, then
+/// those at or above its own share, which rises from `min_ratio` to `weak_min_ratio` as the
+/// segment's best falls against the message's best.
+fn described_hits(segments: &[Vec<(DomainId, f32)>], o: &SearchOptions) -> Vec<DomainId> {
+    let top = |s: &Vec<(DomainId, f32)>| s.first().map_or(0.0, |h| h.1);
+    let message_top = segments.iter().map(top).fold(0f32, f32::max);
+    let mut hits: Vec<DomainId> = Vec::new();
+    for s in segments {
+        let t = top(s);
+        if s.is_empty() || t < o.segment_ratio * message_top {
+            continue;
+        }
+        let share = o.min_ratio + (o.weak_min_ratio - o.min_ratio).max(0.0) * (1.0 - t / message_top);
+        hits.extend(
+            s.iter()
+                .filter(|h| h.1 >= o.min_ratio * t)
+                .take(o.per_segment)
+                .filter(|h| h.1 >= share * t)
+                .map(|h| h.0),
+        );
+    }
+    hits.sort();
+    hits.dedup();
+    hits
+}
+
+#[test]
+fn a_weaker_segment_asks_more_of_its_domains() {
+    let (registry, index) = index();
+    let messages: &[&[&str]] = &[
+        &["weather forecast for the city", "plan the beds"],
+        &["write a note about the meeting", "weather for the trip"],
+        &[
+            "admit a patient",
+            "transfer a patient to a ward",
+            "forecast revenue",
+        ],
+        &["read the chart", "weather forecast"],
+        &["plan garden beds for the forecast season", "a patient"],
+    ];
+    let options: Vec<SearchOptions> = [(0.5, 0.5), (0.5, 0.3), (0.45, 0.75), (0.3, 0.9), (0.2, 1.0)]
+        .iter()
+        .flat_map(|&(min_ratio, weak_min_ratio)| {
+            [(8, 0.0), (1, 0.0), (8, 0.5)].map(|(per_segment, segment_ratio)| SearchOptions {
+                min_ratio,
+                weak_min_ratio,
+                per_segment,
+                segment_ratio,
+                ..SearchOptions::default()
+            })
+        })
+        .collect();
+    let names =
+        |hits: &[DomainId]| -> Vec<&str> { hits.iter().map(|&d| registry.domain(d).name.as_str()).collect() };
+    let mut weakness_mattered = false;
+    for segments in messages {
+        let scores: Vec<_> = segments.iter().map(|s| segment_scores(&index, s)).collect();
+        let message = segments.join(". ");
+        for o in &options {
+            let got: Vec<DomainId> = index
+                .domain_hits(&message, o, None, |_| true)
+                .iter()
+                .map(|h| h.domain)
+                .collect();
+            let want = described_hits(&scores, o);
+            assert_eq!(names(&got), names(&want), "{message:?} with {o:?}");
+            // Asking no more of weak segments than of the best one is the plain ratio.
+            let plain = SearchOptions {
+                weak_min_ratio: o.min_ratio,
+                ..*o
+            };
+            let before = described_hits(&scores, &plain);
+            assert!(
+                want.iter().all(|d| before.contains(d)),
+                "{message:?}: a stricter share added a hit"
+            );
+            weakness_mattered |= want != before;
+        }
+    }
+    assert!(weakness_mattered, "no case where a weak segment lost a domain");
+}
