@@ -56,7 +56,8 @@ pub struct Config {
     pub expose_search_tools: bool,
     /// When the search index routes: `off`, `fallback` or `augment`.
     pub search: SearchMode,
-    /// A domain is a search hit when it scores at least this share of its segment's best.
+    /// A domain is a search hit when it scores at least this share of its segment's best, in
+    /// the message's best segment (see `search_weak_min_ratio` for the others).
     pub search_min_ratio: f32,
     /// The share of its best a domain must score in a segment that scores nothing against
     /// the message's best; a segment's share rises from `search_min_ratio` to this as its best

@@ -1005,6 +1005,35 @@ fn build_registry(s: &Scenario) -> Registry {
     Registry::new(domains).expect("generated names are unique")
 }
 
+/// A scenario's registry, built with what routing over it needs (keywords in word mode) and
+/// activated by its settings.
+struct Built {
+    registry: Registry,
+    activation: Activation,
+    matcher: Matcher,
+    index: SearchIndex,
+}
+
+impl Built {
+    fn new(s: &Scenario) -> Built {
+        let registry = build_registry(s);
+        Built {
+            activation: Activation::new(&registry, &Snapshot::new(s.settings.clone())),
+            matcher: Matcher::new(registry.keywords(), MatchMode::Word).unwrap(),
+            index: SearchIndex::new(&registry),
+            registry,
+        }
+    }
+
+    fn inputs(&self) -> Inputs<'_> {
+        Inputs {
+            registry: &self.registry,
+            matcher: &self.matcher,
+            index: &self.index,
+        }
+    }
+}
+
 /// What the spec says about one (registry, settings, message, mode), computed here.
 struct Facts {
     active: Vec<bool>,
@@ -1391,18 +1420,15 @@ proptest! {
 
     #[test]
     fn search_never_includes_an_inactive_or_core_domain_and_explains_every_hit(s in scenario()) {
-        let registry = build_registry(&s);
-        let activation = Activation::new(&registry, &Snapshot::new(s.settings.clone()));
-        let matcher = Matcher::new(registry.keywords(), MatchMode::Word).unwrap();
-        let index = SearchIndex::new(&registry);
-        let inputs = Inputs { registry: &registry, matcher: &matcher, index: &index };
+        let built = Built::new(&s);
+        let (registry, activation, inputs) = (&built.registry, &built.activation, built.inputs());
         let conversation = s.conversation.clone().map(|members| Conversation { members });
         for mode in [SearchMode::Fallback, SearchMode::Augment] {
             let mut options = Options::default();
             options.search.mode = mode;
             for c in [None, conversation.as_ref()] {
-                let d = route(inputs, &activation, c, &s.message, &options);
-                let again = route(inputs, &activation, c, &s.message, &options);
+                let d = route(inputs, activation, c, &s.message, &options);
+                let again = route(inputs, activation, c, &s.message, &options);
                 prop_assert_eq!(&d, &again, "deterministic");
                 for inc in &d.domains {
                     prop_assert!(activation.is_active(inc.domain), "inactive {} included", registry.domain(inc.domain).name);
@@ -1415,7 +1441,7 @@ proptest! {
                 if !d.search.is_empty() {
                     prop_assert!(!d.fallback, "a search hit routes the message");
                 }
-                prop_assert_eq!(d.tools(&registry, &activation).count(), d.tool_count(&registry, &activation));
+                prop_assert_eq!(d.tools(registry, activation).count(), d.tool_count(registry, activation));
             }
         }
     }
@@ -1426,16 +1452,13 @@ proptest! {
 
     #[test]
     fn asking_more_of_weak_segments_only_takes_search_hits_away(s in scenario()) {
-        let registry = build_registry(&s);
-        let activation = Activation::new(&registry, &Snapshot::new(s.settings.clone()));
-        let matcher = Matcher::new(registry.keywords(), MatchMode::Word).unwrap();
-        let index = SearchIndex::new(&registry);
-        let inputs = Inputs { registry: &registry, matcher: &matcher, index: &index };
+        let built = Built::new(&s);
+        let inputs = built.inputs();
         let hits = |min_ratio: f32, weak_min_ratio: f32| -> Vec<_> {
             let mut options = Options::default();
             options.search.min_ratio = min_ratio;
             options.search.weak_min_ratio = weak_min_ratio;
-            route(inputs, &activation, None, &s.message, &options).search.iter().map(|h| h.domain).collect()
+            route(inputs, &built.activation, None, &s.message, &options).search.iter().map(|h| h.domain).collect()
         };
         for min_ratio in [0.2f32, 0.45, 0.7] {
             let plain = hits(min_ratio, min_ratio);
