@@ -436,9 +436,9 @@ pub async fn serve(
         }
     };
 
-    let metrics = crate::telemetry::Metrics::new();
+    let metrics = config.metrics_listen.map(|_| crate::telemetry::Metrics::new());
     let (stop_metrics, metrics_stopped) = tokio::sync::oneshot::channel::<()>();
-    if let Some(addr) = config.metrics_listen {
+    if let (Some(addr), Some(metrics)) = (config.metrics_listen, &metrics) {
         let metrics_listener = TcpListener::bind(addr)
             .await
             .map_err(|e| Error::Config(format!("cannot listen for metrics on {addr}: {e}")))?;

@@ -11,7 +11,7 @@ use crate::guard::BoundProfile;
 use crate::proto;
 use crate::registry::{DomainId, Registry};
 use crate::render::{Format, assemble, native};
-use crate::router::{ProfileId, Reason, Refusal};
+use crate::router::{Decision, ProfileId, Reason, Refusal};
 use crate::state::{CallCheck, Loaded, RouteOptions, Routed, Scope, State};
 use crate::telemetry::{CallSummary, RoutedDomains, conversation_hash};
 use crate::wire::{self, Spliced, tool_router_server::ToolRouter};
@@ -205,6 +205,87 @@ fn domain_names(registry: &Registry, ids: impl Iterator<Item = DomainId>) -> Vec
     ids.map(|d| registry.domain(d).name.clone()).collect()
 }
 
+/// The parts of a `Route` answer that follow from its decision, the consumer's scope and the
+/// format alone (so a fallback's are built once per view: see [`Scope::answer_parts`]).
+struct Parts {
+    /// The included domains and their reasons, for the call log and the metrics.
+    domains: Arc<RoutedDomains>,
+    /// The `DomainDecision` entries, encoded.
+    decisions: Bytes,
+    /// The tokens of the tools sent: the meta-tools' plus each decision's.
+    tokens: u32,
+    /// How many tools are sent.
+    tool_count: usize,
+    /// The tools: native `Tool` entries, or with a format the pieces of `tools_json`.
+    pieces: Vec<Bytes>,
+}
+
+impl Parts {
+    fn new(scope: Scope<'_>, decision: &Decision, format: Option<Format>) -> Parts {
+        let registry = &scope.view.registry;
+        let meta = scope.meta_rendered(counted(format));
+        // The decisions are written straight into one buffer, spliced in like the tools.
+        let mut tokens = meta.tokens(0..meta.len());
+        let mut decisions = BytesMut::with_capacity(decision.domains.len() * 32);
+        for inc in &decision.domains {
+            let search = (inc.reason == Reason::Search)
+                .then(|| decision.search_hit(inc.domain))
+                .flatten();
+            let domain_tokens = scope.domain_tokens(inc.domain, counted(format));
+            tokens += domain_tokens;
+            wire::Decision {
+                domain: &registry.domain(inc.domain).name,
+                reason: reason(inc.reason),
+                matched_keywords: decision.matched(inc).iter().map(|&k| registry.keyword(k)),
+                matched_terms: search.map_or(&[], |h| &h.terms),
+                score: search.map_or(0.0, |h| h.score),
+                tokens: domain_tokens,
+            }
+            .put(&mut decisions);
+        }
+        // The tools are written from the bytes encoded or rendered once per registry (and
+        // per activation for the meta-tools).
+        let mut pieces = Vec::with_capacity(decision.domains.len() + 1);
+        if format.is_none() {
+            pieces.push(scope.meta_native());
+            for inc in &decision.domains {
+                scope.push_native(inc.domain, &mut pieces);
+            }
+        } else {
+            pieces.push(meta.all());
+            for inc in &decision.domains {
+                scope.push_pieces(inc.domain, counted(format), &mut pieces);
+            }
+        }
+        if decision.fallback {
+            // Served again for every message that matches nothing: one piece copies in one
+            // go (pieces of either kind are runs that may be joined).
+            pieces = vec![join(&pieces)];
+        }
+        let domains = decision
+            .domains
+            .iter()
+            .map(|inc| (inc.domain, inc.reason))
+            .collect();
+        Parts {
+            domains: Arc::new(RoutedDomains::new(Arc::clone(registry), domains)),
+            decisions: decisions.freeze(),
+            tokens,
+            tool_count: decision.tool_count(registry, scope.activation),
+            pieces,
+        }
+    }
+}
+
+/// `pieces` back to back.
+fn join(pieces: &[Bytes]) -> Bytes {
+    let mut joined = BytesMut::with_capacity(pieces.iter().map(Bytes::len).sum());
+    for p in pieces {
+        joined.extend_from_slice(p);
+    }
+    joined.freeze()
+}
+
 #[tonic::async_trait]
 impl ToolRouter for ToolRouterService {
     async fn route(
@@ -237,62 +318,20 @@ impl ToolRouter for ToolRouterService {
         );
         let registry = &view.registry;
         let scope = view.scope(profile);
-        let meta = scope.meta_rendered(counted(format));
-        // The decisions are written straight into one buffer, spliced in like the tools; the
-        // answer's tokens are the meta-tools' plus each decision's.
-        let mut tokens = meta.tokens(0..meta.len());
-        let mut decisions = BytesMut::with_capacity(decision.domains.len() * 32);
-        for inc in &decision.domains {
-            let search = (inc.reason == Reason::Search)
-                .then(|| decision.search_hit(inc.domain))
-                .flatten();
-            let domain_tokens = scope.domain_tokens(inc.domain, counted(format));
-            tokens += domain_tokens;
-            wire::Decision {
-                domain: &registry.domain(inc.domain).name,
-                reason: reason(inc.reason),
-                matched_keywords: decision.matched(inc).iter().map(|&k| registry.keyword(k)),
-                matched_terms: search.map_or(&[], |h| &h.terms),
-                score: search.map_or(0.0, |h| h.score),
-                tokens: domain_tokens,
-            }
-            .put(&mut decisions);
-        }
-        let tool_count = decision.tool_count(registry, scope.activation);
+        let parts = scope.answer_parts(&decision, format, || Parts::new(scope, &decision, format));
         // For the call log and the metrics (the telemetry layer reads it off the response).
         let summary = CallSummary {
             conversation: conv.map(conversation_hash),
-            tools: Some(tool_count),
-            domains: Some(RoutedDomains {
-                registry: Arc::clone(registry),
-                domains: decision
-                    .domains
-                    .iter()
-                    .map(|inc| (inc.domain, inc.reason))
-                    .collect(),
-            }),
+            tools: Some(parts.tool_count),
+            domains: Some(Arc::clone(&parts.domains)),
             fallback: Some(decision.fallback),
             group: None,
-            tokens: Some((tokens, counted(format).as_str())),
+            tokens: Some((parts.tokens, counted(format).as_str())),
         };
-        // The tools are written from the bytes encoded or rendered once per registry (and
-        // per activation for the meta-tools).
-        let mut pieces = Vec::with_capacity(decision.domains.len() + 1);
-        if format.is_none() {
-            pieces.push(scope.meta_native());
-            for inc in &decision.domains {
-                scope.push_native(inc.domain, &mut pieces);
-            }
-        } else {
-            pieces.push(meta.all());
-            for inc in &decision.domains {
-                scope.push_pieces(inc.domain, counted(format), &mut pieces);
-            }
-        }
         let message = proto::RouteResponse {
             tools: Vec::new(),
             tools_json: Vec::new(),
-            tokens,
+            tokens: parts.tokens,
             dropped: dropped
                 .iter()
                 .map(|d| proto::DroppedDomain {
@@ -312,7 +351,8 @@ impl ToolRouter for ToolRouterService {
             registry_version: registry.version(),
         };
         let mut response = Response::new(
-            spliced(message, format, wire::ROUTE_TOOLS_JSON, pieces).and_entry(decisions.freeze()),
+            spliced(message, format, wire::ROUTE_TOOLS_JSON, parts.pieces.clone())
+                .and_entry(parts.decisions.clone()),
         );
         response.extensions_mut().insert(summary);
         Ok(response)

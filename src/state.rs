@@ -4,11 +4,12 @@
 //! is the manifests' domains plus the domains registered at run time (stored in the
 //! database); reloads, upserts and deletes rebuild it one at a time and swap it in whole.
 
+use std::any::Any;
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use arc_swap::ArcSwap;
+use arc_swap::{ArcSwap, ArcSwapOption};
 use bytes::Bytes;
 
 use crate::config::Config;
@@ -43,6 +44,8 @@ pub struct View {
     pub renders: Arc<Renders>,
     /// The meta-tools of this activation (as the options expose them), rendered per format.
     meta: LazyRenders,
+    /// The last fallback answer built per format, for a consumer without a profile.
+    remembered: Remembered,
     /// Whether answers carry the meta-tools (the routing options, fixed for a daemon).
     expose: (bool, bool),
     /// The daemon's profiles.
@@ -56,6 +59,7 @@ pub struct View {
 struct Scoped {
     activation: Activation,
     meta: LazyRenders,
+    remembered: Remembered,
 }
 
 /// One consumer's view: a [`View`] under a profile (or none).
@@ -68,6 +72,31 @@ pub struct Scope<'a> {
     /// The profile, if any.
     pub profile: Option<&'a Profile>,
     meta: &'a LazyRenders,
+    remembered: &'a Remembered,
+}
+
+/// Per answer format (native first), the parts of the last fallback answer a caller built in
+/// one view and profile, with the decision they answer: a message that matches nothing gets
+/// the decision the previous such message got, and on a large registry that answer is the
+/// largest and its per-domain parts the costliest to build. Kept in the view, so it never
+/// outlives the registry and settings it was built from.
+#[derive(Debug, Default)]
+struct Remembered {
+    slots: [ArcSwapOption<Answer>; 1 + Format::ALL.len()],
+}
+
+/// Parts of an answer (opaque here; built by the caller) and the decision they answer.
+struct Answer {
+    decision: Decision,
+    parts: Arc<dyn Any + Send + Sync>,
+}
+
+impl std::fmt::Debug for Answer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Answer")
+            .field("decision", &self.decision)
+            .finish_non_exhaustive()
+    }
 }
 
 impl View {
@@ -87,6 +116,7 @@ impl View {
             activation,
             renders,
             meta: LazyRenders::default(),
+            remembered: Remembered::default(),
             expose: (options.expose_load_tool_group, options.expose_search_tools),
             scoped: (0..profiles.len()).map(|_| OnceLock::new()).collect(),
             profiles,
@@ -116,18 +146,21 @@ impl View {
                 activation: &self.activation,
                 profile: None,
                 meta: &self.meta,
+                remembered: &self.remembered,
             };
         };
         let p = self.profiles.get(id);
         let scoped = self.scoped[id.index()].get_or_init(|| Scoped {
             activation: Activation::scoped(&self.registry, &self.settings, Some(p)),
             meta: LazyRenders::default(),
+            remembered: Remembered::default(),
         });
         Scope {
             view: self,
             activation: &scoped.activation,
             profile: Some(p),
             meta: &scoped.meta,
+            remembered: &scoped.remembered,
         }
     }
 
@@ -183,6 +216,34 @@ impl<'a> Scope<'a> {
     pub fn push_pieces(&self, d: DomainId, format: Format, pieces: &mut Vec<Bytes>) {
         let rendered = self.view.rendered(format);
         pieces.extend(self.runs(d).map(|r| rendered.span(r)));
+    }
+
+    /// The parts of the answer to `decision` in `format` (`None`: native) that `build` makes:
+    /// built now, or the ones remembered from the last fallback answer of this scope and
+    /// format when `decision` equals its decision. A fallback's parts are remembered.
+    /// `build` must depend on nothing but this scope, `decision` and `format`.
+    pub fn answer_parts<T: Any + Send + Sync>(
+        &self,
+        decision: &Decision,
+        format: Option<Format>,
+        build: impl FnOnce() -> T,
+    ) -> Arc<T> {
+        let slot = &self.remembered.slots[format.map_or(0, |f| 1 + f.index())];
+        if decision.fallback
+            && let Some(answer) = &*slot.load()
+            && answer.decision == *decision
+            && let Ok(parts) = Arc::clone(&answer.parts).downcast::<T>()
+        {
+            return parts;
+        }
+        let parts = Arc::new(build());
+        if decision.fallback {
+            slot.store(Some(Arc::new(Answer {
+                decision: decision.clone(),
+                parts: parts.clone(),
+            })));
+        }
+        parts
     }
 
     /// Appends a domain's visible tools as native `Tool` entries encoded once per registry.

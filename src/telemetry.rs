@@ -40,8 +40,8 @@ pub(crate) struct CallSummary {
     pub conversation: Option<String>,
     /// Tools sent (`Route`, `LoadToolGroup`).
     pub tools: Option<usize>,
-    /// `Route`: each included domain and its reason.
-    pub domains: Option<RoutedDomains>,
+    /// `Route`: each included domain and its reason (shared with a remembered answer).
+    pub domains: Option<Arc<RoutedDomains>>,
     /// `Route`: whether the answer was the fallback.
     pub fallback: Option<bool>,
     /// `LoadToolGroup`: the group loaded.
@@ -53,13 +53,29 @@ pub(crate) struct CallSummary {
 
 /// The domains of a `Route` answer with their reasons, named by the registry the answer came
 /// from (shared, so a fallback answer's hundreds of domains cost no copies of their names).
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(crate) struct RoutedDomains {
     pub registry: Arc<registry::Registry>,
     pub domains: Vec<(DomainId, Reason)>,
+    /// [`RoutedDomains::to_json`], written on first use: an answer served again (see
+    /// `service::Remembered`) logs the same text.
+    json: OnceLock<String>,
 }
 
 impl RoutedDomains {
+    pub fn new(registry: Arc<registry::Registry>, domains: Vec<(DomainId, Reason)>) -> Self {
+        RoutedDomains {
+            registry,
+            domains,
+            json: OnceLock::new(),
+        }
+    }
+
+    /// `["name:reason", ...]` as JSON text, for the call log; written once.
+    fn json(&self) -> &str {
+        self.json.get_or_init(|| self.to_json())
+    }
+
     /// Each domain's name and reason (`core`, `keyword`, ...), in answer order.
     fn iter(&self) -> impl Iterator<Item = (&str, &'static str)> {
         self.domains
@@ -378,12 +394,13 @@ pub(crate) async fn serve_metrics(
 /// The tower layer that logs and measures every call.
 #[derive(Clone)]
 pub(crate) struct CallLog {
-    metrics: Metrics,
+    metrics: Option<Metrics>,
 }
 
 impl CallLog {
-    /// Logs every call and records it in `metrics`.
-    pub fn new(metrics: Metrics) -> CallLog {
+    /// Logs every call and records it in `metrics`, when they are served (counting what
+    /// nobody can read would only cost each call time).
+    pub fn new(metrics: Option<Metrics>) -> CallLog {
         CallLog { metrics }
     }
 }
@@ -403,7 +420,7 @@ impl<S> tower_layer::Layer<S> for CallLog {
 #[derive(Clone)]
 pub(crate) struct Logged<S> {
     inner: S,
-    metrics: Metrics,
+    metrics: Option<Metrics>,
 }
 
 type BoxFuture<T, E> = Pin<Box<dyn Future<Output = Result<T, E>> + Send>>;
@@ -451,7 +468,9 @@ where
                     let code = status.as_ref().map_or(tonic::Code::Ok, tonic::Status::code);
                     let code_name = code_name(code);
                     let summary = response.extensions().get::<CallSummary>();
-                    metrics.observe(&method, code_name, elapsed.as_secs_f64(), summary);
+                    if let Some(m) = &metrics {
+                        m.observe(&method, code_name, elapsed.as_secs_f64(), summary);
+                    }
                     if let Some(status) = status.filter(|s| s.code() != tonic::Code::Ok) {
                         tracing::warn!(
                             method = %method,
@@ -467,10 +486,7 @@ where
                         let none = CallSummary::default();
                         let s = summary.unwrap_or(&none);
                         // JSON text, so the JSON log format can embed it as a real array.
-                        let domains = s
-                            .domains
-                            .as_ref()
-                            .map_or_else(|| "[]".to_string(), RoutedDomains::to_json);
+                        let domains = s.domains.as_deref().map_or("[]", RoutedDomains::json);
                         tracing::info!(
                             method = %method,
                             code = code_name,
@@ -486,7 +502,9 @@ where
                     }
                 }
                 Err(e) => {
-                    metrics.observe(&method, "TRANSPORT_ERROR", elapsed.as_secs_f64(), None);
+                    if let Some(m) = &metrics {
+                        m.observe(&method, "TRANSPORT_ERROR", elapsed.as_secs_f64(), None);
+                    }
                     tracing::warn!(method = %method, latency_ms, cause = %e, "call failed in transport");
                 }
             }
@@ -836,23 +854,21 @@ mod tests {
         let registry = Arc::new(crate::registry::Registry::demo());
         let first = registry.domain_ids().next().unwrap();
         let last = registry.domain_ids().last().unwrap();
-        let routed = RoutedDomains {
-            registry: Arc::clone(&registry),
-            domains: vec![(first, Reason::Core), (last, Reason::Fallback)],
-        };
+        let routed = RoutedDomains::new(
+            Arc::clone(&registry),
+            vec![(first, Reason::Core), (last, Reason::Fallback)],
+        );
         let want = serde_json::json!([
             format!("{}:core", registry.domain(first).name),
             format!("{}:fallback", registry.domain(last).name),
         ]);
         assert_eq!(
-            serde_json::from_str::<serde_json::Value>(&routed.to_json()).unwrap(),
+            serde_json::from_str::<serde_json::Value>(routed.json()).unwrap(),
             want
         );
-        let none = RoutedDomains {
-            registry,
-            domains: Vec::new(),
-        };
-        assert_eq!(none.to_json(), "[]");
+        assert_eq!(routed.json(), routed.to_json(), "written once, the same text");
+        let none = RoutedDomains::new(registry, Vec::new());
+        assert_eq!(none.json(), "[]");
     }
 
     #[test]
@@ -863,10 +879,10 @@ mod tests {
             registry.domain_ids().last().unwrap(),
         );
         let summary = CallSummary {
-            domains: Some(RoutedDomains {
-                registry: Arc::clone(&registry),
-                domains: vec![(first, Reason::Core), (last, Reason::Fallback)],
-            }),
+            domains: Some(Arc::new(RoutedDomains::new(
+                Arc::clone(&registry),
+                vec![(first, Reason::Core), (last, Reason::Fallback)],
+            ))),
             ..CallSummary::default()
         };
         let metrics = Metrics::new();

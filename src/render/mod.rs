@@ -63,7 +63,7 @@ impl Format {
         Format::ALL.into_iter().find(|f| f.as_str() == s)
     }
 
-    fn index(self) -> usize {
+    pub(crate) fn index(self) -> usize {
         self as usize
     }
 }

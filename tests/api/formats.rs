@@ -22,6 +22,7 @@ crate::on_both_backends!(
     the_server_default_budget_applies_unless_the_request_gives_one,
     the_default_max_tools_is_openais_128_and_the_demo_fits,
     include_prompt_section_answers_list_groups_prompt_section,
+    a_fallback_answer_served_again_is_the_answer_built_for_its_decision,
 );
 
 const FORMATS: [Format; 5] = [
@@ -431,4 +432,76 @@ async fn check_counts_each_domains_tokens_exactly() {
     let out = run(dir.path(), &["check", folder.to_str().unwrap()]).await;
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains(&format!("{} schema tokens", a + b)), "{stdout}");
+}
+
+/// A fallback's answer parts are built once per view, profile and format and served again to
+/// every message that gets the same decision: served again, in every format, they are what
+/// was built, a fallback of another decision (a loaded group) gets its own, and a settings
+/// change (a new view) builds them anew.
+async fn a_fallback_answer_served_again_is_the_answer_built_for_its_decision(backend: Backend) {
+    let mut app = spawn_app_on(backend).await;
+    for key in ["radarr_url", "sonarr_url", "proxmox_url"] {
+        app.ui.set_setting(key, "set").await.unwrap();
+    }
+    app.invalidate().await.unwrap();
+    let ask = |message: &str, conversation: &str, format: Format| RouteRequest {
+        format: format.into(),
+        ..route_request(message, conversation)
+    };
+    app.load("c1", "proxmox").await.unwrap();
+    for format in std::iter::once(Format::Unspecified).chain(FORMATS) {
+        let first = app.route_with(ask("hello there", "", format)).await.unwrap();
+        assert!(first.fallback);
+        assert_eq!(
+            crate::helpers::reasons(&first),
+            [
+                ("system", "REASON_CORE"),
+                ("radarr", "REASON_FALLBACK"),
+                ("sonarr", "REASON_FALLBACK")
+            ]
+            .map(|(d, r)| (d.to_string(), r)),
+            "{format:?}"
+        );
+        // The same tools as a keyword hit on every fallback domain, assembled per domain.
+        let hit = app
+            .route_with(ask("a film or a series", "", format))
+            .await
+            .unwrap();
+        assert!(!hit.fallback);
+        assert_eq!(first.tools, hit.tools, "{format:?}");
+        assert_eq!(first.tools_json, hit.tools_json, "{format:?}");
+        assert_eq!(first.tokens, hit.tokens, "{format:?}");
+        // Another message without a hit: the same answer, whatever was answered between.
+        let again = app.route_with(ask("thanks!", "", format)).await.unwrap();
+        assert_eq!(again, first, "{format:?}");
+        // A fallback with a group loaded is another decision, with its own answer.
+        let loaded = app.route_with(ask("hello there", "c1", format)).await.unwrap();
+        assert!(loaded.fallback);
+        assert!(
+            crate::helpers::reasons(&loaded).contains(&("proxmox".to_string(), "REASON_LOADED")),
+            "{format:?}: {:?}",
+            crate::helpers::reasons(&loaded)
+        );
+        assert_ne!(loaded.tokens, first.tokens, "{format:?}");
+        let again = app.route_with(ask("ok", "", format)).await.unwrap();
+        assert_eq!(again, first, "{format:?}");
+    }
+    // A settings change makes a new view: its fallback has the newly active domain.
+    app.set("jellyfin_url", "set").await;
+    for format in std::iter::once(Format::Unspecified).chain(FORMATS) {
+        let r = app.route_with(ask("hello there", "", format)).await.unwrap();
+        assert!(
+            crate::helpers::reasons(&r).contains(&("jellyfin".to_string(), "REASON_FALLBACK")),
+            "{format:?}"
+        );
+        let hit = app
+            .route_with(ask("a film or a series on jellyfin", "", format))
+            .await
+            .unwrap();
+        assert_eq!(
+            (r.tools, r.tools_json, r.tokens),
+            (hit.tools, hit.tools_json, hit.tokens)
+        );
+    }
+    app.stop().await;
 }
