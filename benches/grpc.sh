@@ -4,7 +4,9 @@
 # the load generator to core 1. Load alternates between the two servers for several rounds
 # at concurrency 1 and 16 (every other round in reverse order), so drift on a shared machine
 # hits both alike; medians are
-# reported. Then the daemon's start-up time (process start to health SERVING) and peak RSS.
+# reported, with each server's CPU time per request (user + system, from /proc: time the
+# hypervisor takes away from a shared VM does not count in it, so it holds up when the rates
+# swing). Then the daemon's start-up time (process start to health SERVING) and peak RSS.
 #
 # Usage: [FORMAT=F] [DAEMON_FLAGS='...'] [DAEMON_BIN=path] benches/grpc.sh [workload] [duration] [rounds]
 #   workload: demo (default), seal or scale-N; duration per run (default 10s); rounds (3)
@@ -77,6 +79,7 @@ if [ -n "${BEFORE_BIN:-}" ]; then
   servers+=(before); ports+=([2]=$before_port)
 fi
 
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; } # user + system, in clock ticks
 order=("${!servers[@]}")
 for round in $(seq "$rounds"); do
   # Every other round in reverse order, so that drift during a round favours no server.
@@ -84,8 +87,10 @@ for round in $(seq "$rounds"); do
   for c in 1 16; do
     for i in $seq_; do
       server=${servers[$i]}; port=${ports[$i]}
+      cpu_before=$(cpu_ticks "${pids[$i]}")
       line=$(taskset -c 1 "$bin" bench grpc --addr "http://127.0.0.1:$port" --duration "$duration" \
         --concurrency "$c" --messages "$tmp/messages.jsonl" "${format[@]}" | tail -n 1)
+      line="${line%\}},\"cpu_ticks\":$(( $(cpu_ticks "${pids[$i]}") - cpu_before ))}"
       echo "round $round $server concurrency $c: $line"
       echo "$server $c $round $line" >> "$tmp/results"
     done
@@ -94,8 +99,10 @@ done
 echo "daemon: ready in ${ready_ms} ms; peak RSS $(awk '/VmHWM/ {print $2, $3}' /proc/$daemon_pid/status)"
 kill -TERM "${pids[@]}"
 wait "${pids[@]}" || true
-python3 - "$tmp/results" <<'PY'
+python3 - "$tmp/results" "$(getconf CLK_TCK)" <<'PY'
 import json, statistics, sys
+tick = 1e6 / int(sys.argv[2])
+cpu = lambda r: r["cpu_ticks"] * tick / max(r["ok"], 1)  # µs of CPU per request
 runs = {}
 for line in open(sys.argv[1]):
     server, c, rnd, js = line.split(" ", 3)
@@ -109,9 +116,13 @@ for c in (1, 16):
           f"baseline {br:.0f} req/s (p50 {med(b, 'p50_us'):.0f} us, p99 {med(b, 'p99_us'):.0f} us), "
           f"ratio {dr / br:.3f} (median of the rounds' own ratios "
           f"{statistics.median(x['requests_per_sec'] / y['requests_per_sec'] for x, y in zip(d, b)):.3f}), errors {errors}")
+    dc, bc = statistics.median(map(cpu, d)), statistics.median(map(cpu, b))
+    print(f"concurrency {c}: CPU per request: daemon {dc:.0f} us, baseline {bc:.0f} us, "
+          f"baseline / daemon {bc / dc:.3f}")
     if ("before", c) in runs:
         e = runs[("before", c)]
         er = med(e, "requests_per_sec")
         print(f"concurrency {c}: before {er:.0f} req/s (p50 {med(e, 'p50_us'):.0f} us), daemon / before {dr / er:.2f}, "
-              f"errors {sum(r['errors'] for r in e)}")
+              f"errors {sum(r['errors'] for r in e)}; CPU per request before {statistics.median(map(cpu, e)):.0f} us, "
+              f"before / daemon {statistics.median(map(cpu, e)) / dc:.3f}")
 PY
