@@ -260,7 +260,7 @@ impl Parts {
         if decision.fallback {
             // Served again for every message that matches nothing: one piece copies in one
             // go (pieces of either kind are runs that may be joined).
-            pieces = vec![join(&pieces)];
+            pieces = vec![Bytes::from(pieces.concat())];
         }
         let domains = decision
             .domains
@@ -275,15 +275,6 @@ impl Parts {
             pieces,
         }
     }
-}
-
-/// `pieces` back to back.
-fn join(pieces: &[Bytes]) -> Bytes {
-    let mut joined = BytesMut::with_capacity(pieces.iter().map(Bytes::len).sum());
-    for p in pieces {
-        joined.extend_from_slice(p);
-    }
-    joined.freeze()
 }
 
 #[tonic::async_trait]

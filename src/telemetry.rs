@@ -57,8 +57,8 @@ pub(crate) struct CallSummary {
 pub(crate) struct RoutedDomains {
     pub registry: Arc<registry::Registry>,
     pub domains: Vec<(DomainId, Reason)>,
-    /// [`RoutedDomains::to_json`], written on first use: an answer served again (see
-    /// `service::Remembered`) logs the same text.
+    /// [`RoutedDomains::to_json`], written on first use: a fallback answer served again
+    /// (see `Scope::answer_parts`) logs the same text.
     json: OnceLock<String>,
 }
 
