@@ -28,6 +28,8 @@ use toolrouter::wire::{self, Spliced, tool_router_server::ToolRouter};
 /// Manifests, database or listening address that cannot be used, a message the daemon
 /// refuses, or no messages at all.
 pub async fn serve(config: &Config, messages: Vec<String>) -> toolrouter::Result<()> {
+    // The daemon's allocator settings, so the floor's buffers are reused the same way.
+    toolrouter::server::keep_freed_buffers();
     let registry = Registry::load(&config.manifests)?;
     // The daemon's own answers, through the real service, are what the baseline sends.
     let state = State::new(registry, config).await?;

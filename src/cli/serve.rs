@@ -270,6 +270,7 @@ pub(super) async fn serve(args: &ServeArgs) -> Result<(), Failure> {
         return Ok(());
     }
     init_tracing(config.log_format);
+    crate::server::keep_freed_buffers();
     // The token counter's tables take about 70 ms to build: build them while the manifests
     // are read, not after.
     std::thread::spawn(crate::render::warm_up);
