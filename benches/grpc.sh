@@ -121,8 +121,7 @@ for c in (1, 16):
           f"baseline / daemon {bc / dc:.3f}")
     if ("before", c) in runs:
         e = runs[("before", c)]
-        er = med(e, "requests_per_sec")
+        er, ec = med(e, "requests_per_sec"), statistics.median(map(cpu, e))
         print(f"concurrency {c}: before {er:.0f} req/s (p50 {med(e, 'p50_us'):.0f} us), daemon / before {dr / er:.2f}, "
-              f"errors {sum(r['errors'] for r in e)}; CPU per request before {statistics.median(map(cpu, e)):.0f} us, "
-              f"before / daemon {statistics.median(map(cpu, e)) / dc:.3f}")
+              f"errors {sum(r['errors'] for r in e)}; CPU per request before {ec:.0f} us, before / daemon {ec / dc:.3f}")
 PY
