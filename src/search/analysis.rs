@@ -269,7 +269,7 @@ pub struct Word {
 
 /// Stop list and stemmer, built once per index.
 pub(crate) struct Analyzer {
-    stop: std::collections::HashSet<&'static str>,
+    stop: std::collections::HashSet<&'static str, foldhash::fast::FixedState>,
     stemmer: Stemmer,
 }
 

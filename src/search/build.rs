@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use serde_json::Value;
 
 use super::analysis::{self, Analyzer};
-use super::{Bm25, DomainPosting, FIELDS, SearchIndex, TermId};
+use super::{Bm25, DomainBound, FIELDS, SearchIndex, Surface, TermId};
 use crate::registry::{DomainId, Registry};
 
 /// One tool's analysed document: each (term, field) occurrence, sorted, and its length in
@@ -98,7 +98,7 @@ impl SearchIndex {
         let k1 = params.k1;
         let analyzer = Analyzer::new();
         let mut terms: HashMap<String, TermId, _> = HashMap::default();
-        let mut surface: HashMap<String, Option<TermId>, _> = HashMap::default();
+        let mut surface = Surface::default();
         let mut term_words: Vec<String> = Vec::new();
         let mut tool_domain = Vec::with_capacity(registry.tool_count());
         let mut domain_start = Vec::with_capacity(registry.domains().len() + 1);
@@ -120,7 +120,7 @@ impl SearchIndex {
                 for (f, text) in texts.iter().enumerate() {
                     let mut previous = None;
                     for w in analysis::words(text) {
-                        let term = *surface.entry(w.text.clone()).or_insert_with(|| {
+                        let term = surface.get_or_insert_with(&w.text, || {
                             if analyzer.is_stop(&w.text) {
                                 return None;
                             }
@@ -186,13 +186,12 @@ impl SearchIndex {
             }
         }
         let mut post_start = Vec::with_capacity(term_count + 1);
-        let mut post_tool = Vec::new();
-        let mut post_weight = Vec::new();
+        let mut post = Vec::new();
         let mut df = Vec::with_capacity(term_count);
         let domains = registry.domains().len().max(1) as f32;
         let idf = |n: f32, df: f32| (1.0 + (n - df + 0.5) / (df + 0.5)).ln();
         for list in &postings {
-            post_start.push(post_tool.len() as u32);
+            post_start.push(post.len() as u32);
             // Over tools and over domains: a term that many tools of one domain share
             // ("patient") tells the domain apart as well as a rare one.
             let in_domains = 1 + list
@@ -203,34 +202,32 @@ impl SearchIndex {
                 * idf(domains, in_domains as f32).powf(params.domain_idf);
             df.push(list.len() as u32);
             for &(tool, tf) in list {
-                post_tool.push(tool);
-                post_weight.push(idf * tf * (k1 + 1.0) / (tf + k1));
+                post.push((tool, idf * tf * (k1 + 1.0) / (tf + k1)));
             }
         }
-        post_start.push(post_tool.len() as u32);
+        post_start.push(post.len() as u32);
+        // Each term's postings, in tool order, cut where the domain changes: the pieces follow
+        // each other in `post`, so each ends where the next begins.
         let mut dom_post_start = Vec::with_capacity(term_count + 1);
-        let mut dom_post: Vec<DomainPosting> = Vec::new();
+        let mut dom_post: Vec<DomainBound> = Vec::new();
+        let mut dom_tools = Vec::new();
         for term in 0..term_count {
             let first = dom_post.len();
             dom_post_start.push(first as u32);
             for i in post_start[term]..post_start[term + 1] {
-                let domain = tool_domain[post_tool[i as usize] as usize];
-                let w = post_weight[i as usize];
+                let (tool, w) = post[i as usize];
+                let domain = tool_domain[tool as usize];
                 match dom_post[first..].last_mut() {
-                    Some(p) if p.domain == domain && p.end == i => {
-                        p.max = p.max.max(w);
-                        p.end = i + 1;
+                    Some(p) if p.domain == domain => p.max = p.max.max(w),
+                    _ => {
+                        dom_post.push(DomainBound { domain, max: w });
+                        dom_tools.push(i);
                     }
-                    _ => dom_post.push(DomainPosting {
-                        domain,
-                        max: w,
-                        start: i,
-                        end: i + 1,
-                    }),
                 }
             }
         }
         dom_post_start.push(dom_post.len() as u32);
+        dom_tools.push(post.len() as u32);
         let max_domain_tools = domain_start
             .windows(2)
             .map(|w| (w[1] - w[0]) as usize)
@@ -243,10 +240,10 @@ impl SearchIndex {
             pair_terms,
             term_words,
             post_start,
-            post_tool,
-            post_weight,
+            post,
             dom_post_start,
             dom_post,
+            dom_tools,
             max_domain_tools,
             df,
             tool_domain,

@@ -218,25 +218,25 @@ pub struct SearchIndex {
     analyzer: Analyzer,
     /// Stem -> term.
     terms: HashMap<String, TermId, foldhash::fast::FixedState>,
-    /// Every lowercase word seen at build -> its term (`None`: a stop word), so most query
-    /// words skip the stemmer.
-    surface: HashMap<String, Option<TermId>, foldhash::fast::FixedState>,
+    /// Every lowercase word seen at build -> its term, so most query words skip the stemmer.
+    surface: Surface,
     /// Two word terms that follow each other -> their pair term. Pair terms are numbered
     /// after the word terms.
     pair_terms: HashMap<(TermId, TermId), TermId, foldhash::fast::FixedState>,
     /// A word that stands for each word term (the first seen), for suggestions; one entry
     /// per word term, so its length is where pair terms start.
     term_words: Vec<String>,
-    /// Posting lists: term `t`'s are `post_tool[post_start[t]..post_start[t + 1]]`, with
-    /// their precomputed BM25F weights in `post_weight`.
+    /// Posting lists: term `t`'s are `post[post_start[t]..post_start[t + 1]]`, (tool,
+    /// precomputed BM25F weight) in tool order.
     post_start: Vec<u32>,
-    post_tool: Vec<u32>,
-    post_weight: Vec<f32>,
+    post: Vec<(u32, f32)>,
     /// Per (term, domain): term `t`'s are `dom_post[dom_post_start[t]..dom_post_start[t + 1]]`,
-    /// sorted by domain. Tools of a domain are contiguous, so each names its slice of the
-    /// term's tool postings, with the best weight in it (the term's bound in that domain).
+    /// sorted by domain, each with the term's best weight among the domain's tools (its bound
+    /// there). Tools of a domain are contiguous, so entry `j`'s tool postings are
+    /// `post[dom_tools[j]..dom_tools[j + 1]]` (one more entry at the end).
     dom_post_start: Vec<u32>,
-    dom_post: Vec<DomainPosting>,
+    dom_post: Vec<DomainBound>,
+    dom_tools: Vec<u32>,
     /// The most tools any domain has.
     max_domain_tools: usize,
     /// Document frequency of each term, in tools.
@@ -249,15 +249,52 @@ pub struct SearchIndex {
     names: HashMap<String, u32, foldhash::fast::FixedState>,
 }
 
-/// A term's postings in one domain.
+/// A term's bound in one domain: the largest weight of the term among the domain's tools.
 #[derive(Debug, Clone, Copy)]
-struct DomainPosting {
+struct DomainBound {
     domain: u32,
-    /// The largest weight of the term among the domain's tools.
     max: f32,
-    /// The term's tool postings in the domain: `post_tool[start..end]`.
-    start: u32,
-    end: u32,
+}
+
+/// Lowercase word -> its term (`None`: a stop word). A word of up to 15 bytes, nearly every
+/// word, is its own key, its bytes and length packed in a `u128`, so a lookup reads one entry
+/// of the table and follows no pointer; longer words are keyed by their text.
+#[derive(Debug, Default)]
+struct Surface {
+    short: HashMap<u128, Option<TermId>, foldhash::fast::FixedState>,
+    long: HashMap<String, Option<TermId>, foldhash::fast::FixedState>,
+}
+
+impl Surface {
+    /// A word's bytes, zero-padded, and its length in the last byte; `None` past 15 bytes.
+    fn packed(word: &str) -> Option<u128> {
+        let bytes = word.as_bytes();
+        (bytes.len() < 16).then(|| {
+            let mut key = [0u8; 16];
+            key[..bytes.len()].copy_from_slice(bytes);
+            key[15] = bytes.len() as u8;
+            u128::from_le_bytes(key)
+        })
+    }
+
+    /// A word's entry: `None` for a word not seen at build.
+    fn get(&self, word: &str) -> Option<Option<TermId>> {
+        match Surface::packed(word) {
+            Some(key) => self.short.get(&key).copied(),
+            None => self.long.get(word).copied(),
+        }
+    }
+
+    /// A word's entry, made by `make` when the word is new.
+    fn get_or_insert_with(&mut self, word: &str, make: impl FnOnce() -> Option<TermId>) -> Option<TermId> {
+        match Surface::packed(word) {
+            Some(key) => *self.short.entry(key).or_insert_with(make),
+            None => match self.long.get(word) {
+                Some(&known) => known,
+                None => *self.long.entry(word.to_string()).or_insert_with(make),
+            },
+        }
+    }
 }
 
 /// No entry: the end of a domain's chain in [`Chains`], or a domain without one.
@@ -399,7 +436,7 @@ impl SearchIndex {
     /// The term of a lowercase word: `Err(true)` for a stop word, `Err(false)` for a word the
     /// index does not have.
     fn term(&self, word: &str) -> Result<TermId, bool> {
-        if let Some(&known) = self.surface.get(word) {
+        if let Some(known) = self.surface.get(word) {
             return known.ok_or(true);
         }
         if self.analyzer.is_stop(word) {
@@ -460,8 +497,8 @@ impl SearchIndex {
         out
     }
 
-    /// A term's postings by domain, with the index of the first in `dom_post`.
-    fn domain_postings(&self, term: TermId) -> (usize, &[DomainPosting]) {
+    /// A term's bounds by domain, with the index of the first in `dom_post`.
+    fn domain_postings(&self, term: TermId) -> (usize, &[DomainBound]) {
         let from = self.dom_post_start[term as usize] as usize;
         (
             from,
@@ -485,10 +522,9 @@ impl SearchIndex {
         let first = self.domain_start[d as usize];
         let mut postings = 0;
         for j in chains.of(d) {
-            let p = &self.dom_post[j];
-            let range = p.start as usize..p.end as usize;
-            postings += range.len();
-            for (&tool, &w) in self.post_tool[range.clone()].iter().zip(&self.post_weight[range]) {
+            let tools = self.domain_tools(j);
+            postings += tools.len();
+            for &(tool, w) in tools {
                 local[(tool - first) as usize] += w;
             }
         }
@@ -511,8 +547,7 @@ impl SearchIndex {
             }
         } else {
             for j in chains.of(d) {
-                let p = &self.dom_post[j];
-                for &tool in &self.post_tool[p.start as usize..p.end as usize] {
+                for &(tool, _) in self.domain_tools(j) {
                     let s = std::mem::take(&mut local[(tool - first) as usize]);
                     any = any.max(s);
                     if (s > best.0 || (s == best.0 && s > 0.0 && tool < best.1)) && shown(tool) {
@@ -524,16 +559,20 @@ impl SearchIndex {
         (best, any)
     }
 
-    fn postings(&self, term: TermId) -> (&[u32], &[f32]) {
-        let range = self.post_start[term as usize] as usize..self.post_start[term as usize + 1] as usize;
-        (&self.post_tool[range.clone()], &self.post_weight[range])
+    /// A term's postings: (tool, weight) in tool order.
+    fn postings(&self, term: TermId) -> &[(u32, f32)] {
+        &self.post[self.post_start[term as usize] as usize..self.post_start[term as usize + 1] as usize]
+    }
+
+    /// The tool postings behind bound `j` of `dom_post`: its term's in its domain.
+    fn domain_tools(&self, j: usize) -> &[(u32, f32)] {
+        &self.post[self.dom_tools[j] as usize..self.dom_tools[j + 1] as usize]
     }
 
     /// Adds every term's postings to `scores`, recording tools touched for the first time.
     fn accumulate(&self, terms: &[(TermId, Range<usize>)], scores: &mut [f32], touched: &mut Vec<u32>) {
         for (term, _) in terms {
-            let (tools, weights) = self.postings(*term);
-            for (&tool, &w) in tools.iter().zip(weights) {
+            for &(tool, w) in self.postings(*term) {
                 let s = &mut scores[tool as usize];
                 if *s == 0.0 {
                     touched.push(tool);
@@ -547,10 +586,10 @@ impl SearchIndex {
     fn has_term(&self, tool: u32, term: TermId) -> bool {
         // Among the term's postings in the tool's domain: fewer than all of its postings.
         let d = self.tool_domain[tool as usize];
-        let (_, list) = self.domain_postings(term);
+        let (from, list) = self.domain_postings(term);
         list.binary_search_by_key(&d, |p| p.domain).is_ok_and(|i| {
-            self.post_tool[list[i].start as usize..list[i].end as usize]
-                .binary_search(&tool)
+            self.domain_tools(from + i)
+                .binary_search_by_key(&tool, |&(t, _)| t)
                 .is_ok()
         })
     }
@@ -806,8 +845,11 @@ impl SearchIndex {
                     .collect();
                 let mut ranked: Vec<(String, f32)> = (0..self.term_words.len() as TermId)
                     .filter_map(|term| {
-                        let (posted, _) = self.postings(term);
-                        let inside = posted.iter().filter(|t| tools.contains(*t)).count() as f32;
+                        let inside = self
+                            .postings(term)
+                            .iter()
+                            .filter(|(t, _)| tools.contains(t))
+                            .count() as f32;
                         if inside < 2f32.min(size) {
                             return None;
                         }

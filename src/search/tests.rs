@@ -217,3 +217,48 @@ fn a_weaker_segment_asks_more_of_its_domains() {
     }
     assert!(weakness_mattered, "no case where a weak segment lost a domain");
 }
+
+/// Words around the 15-byte edge of the packed keys, words that differ only in length or
+/// past the edge, and non-ASCII words: each finds its own entry and nothing else.
+#[test]
+fn surface_keys_tell_every_word_apart() {
+    let words = [
+        "a",
+        "ab",
+        "ab\u{0}",
+        "fifteen-bytes-x",
+        "fifteen-bytes-xy",
+        "fifteen-bytes-xyz",
+        "sixteen-bytes-xy-and-longer",
+        "sixteen-bytes-xy-and-longer!",
+        "café",
+        "cafe",
+        "日本語のことば",
+        "日本語のことばと長い言葉",
+    ];
+    let mut surface = Surface::default();
+    for (i, word) in words.iter().enumerate() {
+        let made = surface.get_or_insert_with(word, || (i % 3 != 0).then_some(i as TermId));
+        assert_eq!(made, (i % 3 != 0).then_some(i as TermId), "{word:?}");
+    }
+    // Inserting again keeps the first entry.
+    assert_eq!(surface.get_or_insert_with("café", || Some(99)), Some(8));
+    assert_eq!(surface.get_or_insert_with("cafe", || Some(99)), None);
+    for (i, word) in words.iter().enumerate() {
+        assert_eq!(
+            surface.get(word),
+            Some((i % 3 != 0).then_some(i as TermId)),
+            "{word:?}"
+        );
+    }
+    for unseen in [
+        "",
+        "abc",
+        "fifteen-bytes-",
+        "sixteen-bytes-xy-and-longe",
+        "caf",
+        "日本語",
+    ] {
+        assert_eq!(surface.get(unseen), None, "{unseen:?}");
+    }
+}
