@@ -291,7 +291,11 @@ impl Surface {
             Some(key) => *self.short.entry(key).or_insert_with(make),
             None => match self.long.get(word) {
                 Some(&known) => known,
-                None => *self.long.entry(word.to_string()).or_insert_with(make),
+                None => {
+                    let term = make();
+                    self.long.insert(word.to_string(), term);
+                    term
+                }
             },
         }
     }
@@ -498,7 +502,7 @@ impl SearchIndex {
     }
 
     /// A term's bounds by domain, with the index of the first in `dom_post`.
-    fn domain_postings(&self, term: TermId) -> (usize, &[DomainBound]) {
+    fn domain_bounds(&self, term: TermId) -> (usize, &[DomainBound]) {
         let from = self.dom_post_start[term as usize] as usize;
         (
             from,
@@ -586,7 +590,7 @@ impl SearchIndex {
     fn has_term(&self, tool: u32, term: TermId) -> bool {
         // Among the term's postings in the tool's domain: fewer than all of its postings.
         let d = self.tool_domain[tool as usize];
-        let (from, list) = self.domain_postings(term);
+        let (from, list) = self.domain_bounds(term);
         list.binary_search_by_key(&d, |p| p.domain).is_ok_and(|i| {
             self.domain_tools(from + i)
                 .binary_search_by_key(&tool, |&(t, _)| t)
@@ -683,7 +687,7 @@ impl SearchIndex {
             // monotone, so it is at least the score of every tool of the domain, whose
             // weights are summed in the same order.
             for (term, _) in segment_terms {
-                let (from, list) = self.domain_postings(*term);
+                let (from, list) = self.domain_bounds(*term);
                 for (j, p) in list.iter().enumerate() {
                     chains.push(p.domain, (from + j) as u32, p.max);
                 }

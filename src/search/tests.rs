@@ -244,6 +244,14 @@ fn surface_keys_tell_every_word_apart() {
     // Inserting again keeps the first entry.
     assert_eq!(surface.get_or_insert_with("café", || Some(99)), Some(8));
     assert_eq!(surface.get_or_insert_with("cafe", || Some(99)), None);
+    assert_eq!(
+        surface.get_or_insert_with("sixteen-bytes-xy-and-longer", || Some(99)),
+        None
+    );
+    assert_eq!(
+        surface.get_or_insert_with("sixteen-bytes-xy-and-longer!", || Some(99)),
+        Some(7)
+    );
     for (i, word) in words.iter().enumerate() {
         assert_eq!(
             surface.get(word),
