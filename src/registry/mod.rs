@@ -490,6 +490,16 @@ fn conflicts(domains: &[Domain]) -> Vec<ManifestError> {
 /// descriptions.
 pub(crate) const MAX_DESCRIPTION_CHARS: usize = 1024;
 
+/// Name of the meta-tool that loads a group for the rest of a conversation (SPEC §4).
+pub(crate) const LOAD_TOOL_GROUP: &str = "load_tool_group";
+
+/// Name of the meta-tool that searches the registry's tools (SPEC §4, v2).
+pub(crate) const SEARCH_TOOLS: &str = "search_tools";
+
+/// Tool names a manifest cannot use: an answer's meta-tools have them, and a provider
+/// refuses a request that names two tools alike.
+pub(crate) const RESERVED_TOOL_NAMES: [&str; 2] = [LOAD_TOOL_GROUP, SEARCH_TOOLS];
+
 fn warning(path: String, message: String) -> ManifestError {
     ManifestError {
         path,

@@ -5,7 +5,8 @@
 //! enum, `oneOf` as `anyOf`, and every keyword the `Schema` object does not have removed.
 //! What cannot be expressed is dropped, never invented: a cyclic `$ref` drops the property
 //! that holds it, a tuple `items` is dropped, a `format` the API rejects for its type is
-//! dropped.
+//! dropped, and so is an enum on a type other than STRING (the API allows an enum on
+//! strings only, "enum: only allowed for STRING type"; the value keeps its own type).
 
 use serde_json::{Map, Value};
 
@@ -289,9 +290,17 @@ impl<'a> Reducer<'a> {
                 }
             }
         }
-        // An enum is for a primitive type; without one, STRING is what its values are.
-        if out.contains_key("enum") && !out.contains_key("type") {
-            out.insert("type".into(), Value::String("STRING".into()));
+        // The API takes an enum on STRING only: without a type, STRING is what its values
+        // are; on another type it is dropped, and the value keeps its type.
+        match out.get("type").and_then(Value::as_str) {
+            _ if !out.contains_key("enum") => {}
+            None => {
+                out.insert("type".into(), Value::String("STRING".into()));
+            }
+            Some("STRING") => {}
+            Some(_) => {
+                out.remove("enum");
+            }
         }
         Some(Value::Object(out))
     }
@@ -330,9 +339,12 @@ fn check_node(node: &Value, at: &str, problems: &mut Vec<String>) {
                 .is_some_and(|f| format_allowed(map.get("type").and_then(Value::as_str), f)),
             "title" | "description" | "pattern" => value.is_string(),
             "nullable" => value.is_boolean(),
-            "enum" => value
-                .as_array()
-                .is_some_and(|a| !a.is_empty() && a.iter().all(Value::is_string)),
+            "enum" => {
+                map.get("type").and_then(Value::as_str) == Some("STRING")
+                    && value
+                        .as_array()
+                        .is_some_and(|a| !a.is_empty() && a.iter().all(Value::is_string))
+            }
             k if COUNTS.contains(&k) => value.as_u64().is_some(),
             "minimum" | "maximum" => value.is_number(),
             "required" | "propertyOrdering" => value.as_array().is_some_and(|a| {
@@ -403,7 +415,7 @@ mod tests {
                 "type": "OBJECT",
                 "properties": {
                     "a": {"type": "STRING", "description": "A", "nullable": true},
-                    "b": {"type": "INTEGER", "enum": ["1", "2"]},
+                    "b": {"type": "INTEGER"},
                     "c": {"type": "NUMBER", "nullable": true},
                     "d": {"anyOf": [{"type": "STRING"}, {"type": "INTEGER"}]},
                 },
@@ -464,6 +476,39 @@ mod tests {
     fn a_tool_without_parameters_has_none() {
         assert_eq!(reduce(json!({"type": "object", "properties": {}})), None);
         assert_eq!(reduce(json!({"type": "object"})), None);
+    }
+
+    #[test]
+    fn an_enum_stays_on_strings_only_and_typeless_values_are_strings() {
+        let out = reduce(json!({
+            "type": "object",
+            "properties": {
+                "n": {"type": "integer", "enum": [1, 2, 3], "description": "N"},
+                "b": {"type": "boolean", "enum": [true]},
+                "x": {"type": "number", "const": 1.5},
+                "s": {"type": "string", "enum": ["a", "b"]},
+                "free": {"enum": ["a", 1]},
+                "k": {"const": "only"},
+            },
+        }))
+        .unwrap();
+        assert_eq!(
+            out,
+            json!({
+                "type": "OBJECT",
+                "properties": {
+                    "n": {"type": "INTEGER", "description": "N"},
+                    "b": {"type": "BOOLEAN"},
+                    "x": {"type": "NUMBER"},
+                    "s": {"type": "STRING", "enum": ["a", "b"]},
+                    "free": {"enum": ["a", "1"], "type": "STRING"},
+                    "k": {"enum": ["only"], "type": "STRING"},
+                },
+            })
+        );
+        assert_eq!(check_schema(&out), Vec::<String>::new());
+        let integer_enum = json!({"type": "INTEGER", "enum": ["1"]});
+        assert_eq!(check_schema(&integer_enum).len(), 1);
     }
 
     #[test]

@@ -19,11 +19,7 @@ use crate::matcher::Matcher;
 use crate::registry::{DomainId, KeywordId, Registry, Tool};
 use crate::search::{DomainHit, SearchIndex, SearchMode, SearchOptions};
 
-/// Name of the meta-tool that loads a group for the rest of a conversation.
-pub(crate) const LOAD_TOOL_GROUP: &str = "load_tool_group";
-
-/// Name of the meta-tool that searches the registry's tools (SPEC §4, v2).
-pub(crate) const SEARCH_TOOLS: &str = "search_tools";
+pub(crate) use crate::registry::{LOAD_TOOL_GROUP, SEARCH_TOOLS};
 
 /// What a turn with no keyword hit and nothing sticky gets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]

@@ -398,8 +398,8 @@ impl Validator<'_> {
                         }
                     }
                 }
-                s.entry("properties").or_insert_with(|| Value::Object(Map::new()));
-                let props_ok = s["properties"].is_object();
+                // The only addition is the type (SPEC §9): no empty `properties` is invented.
+                let props_ok = s.get("properties").is_none_or(Value::is_object);
                 let required_ok = s
                     .get("required")
                     .is_none_or(|r| r.as_array().is_some_and(|a| a.iter().all(Value::is_string)));
@@ -435,6 +435,13 @@ impl Validator<'_> {
         {
             self.push(format!(
                 "{label}: tool name is invalid: it must match ^[a-zA-Z0-9_-]{{1,64}}$"
+            ));
+        }
+        if let Some(n) = &name
+            && super::RESERVED_TOOL_NAMES.contains(&n.as_str())
+        {
+            self.push(format!(
+                "{label}: tool name `{n}` is reserved: answers carry a meta-tool of that name"
             ));
         }
         let description = match obj.get("description") {

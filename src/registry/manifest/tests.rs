@@ -409,6 +409,32 @@ fn a_tool_name_must_match_the_pattern_the_llm_apis_share() {
 }
 
 #[test]
+fn the_meta_tools_names_are_reserved_in_both_formats() {
+    assert_rejected(&[
+        (
+            "native.json",
+            r#"{"name": "x", "tools": [{"name": "load_tool_group", "description": "d"}]}"#,
+            &["tool #1 `load_tool_group`: tool name `load_tool_group` is reserved"],
+        ),
+        (
+            "grouped.json",
+            r#"[{"name": "search_tools", "description": "d"}]"#,
+            &["tool #1 `search_tools`: tool name `search_tools` is reserved"],
+        ),
+        (
+            "x.toml",
+            "name = \"x\"\n[[tools]]\nname = \"search_tools\"\ndescription = \"d\"\n",
+            &["tool name `search_tools` is reserved"],
+        ),
+    ]);
+    // Names are compared as providers compare them: exactly.
+    assert_accepted(&[(
+        "other_case.json",
+        r#"{"name": "x", "tools": [{"name": "Search_Tools", "description": "d"}]}"#,
+    )]);
+}
+
+#[test]
 fn tool_names_of_one_to_64_letters_digits_underscores_and_dashes_are_accepted() {
     let name64 = format!("{}b", "a".repeat(63));
     let long = format!(r#"{{"name": "x", "tools": [{{"name": "{name64}", "description": "d"}}]}}"#);
@@ -1115,7 +1141,12 @@ fn group_array_parameters_become_an_object_schema() {
             r#"{"type":"object","properties":{"q":{"type":"string"}},"required":[]}"#,
         ),
         (r#"{"properties": {}}"#, DEFAULT_SCHEMA),
-        (r"{}", DEFAULT_SCHEMA),
+        // The type is the only addition (SPEC §9): no `properties` is invented.
+        (r"{}", r#"{"type":"object"}"#),
+        (
+            r#"{"additionalProperties": false}"#,
+            r#"{"type":"object","additionalProperties":false}"#,
+        ),
         // Property order is kept.
         (
             r#"{"properties": {"z": {"type": "string"}, "a": {"type": "integer"}, "m": {}}}"#,
