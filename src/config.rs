@@ -76,7 +76,7 @@ pub struct Config {
     /// limit); 128 is OpenAI's limit on tools per request.
     pub max_tools: u32,
     /// At most this many tokens of tools in a `Route` answer unless the request says
-    /// otherwise; none by default.
+    /// otherwise (0: none, as for `max_tools`); none by default.
     pub token_budget: Option<u32>,
     /// Log output format.
     pub log_format: LogFormat,

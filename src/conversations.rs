@@ -268,6 +268,19 @@ impl Conversations {
     /// # Errors
     /// A database fault while loading or forgetting it.
     pub async fn lock(&self, id: &str) -> Result<ConversationGuard> {
+        self.lock_for(id, true).await
+    }
+
+    /// As [`Conversations::lock`], for a call that records nothing about the conversation
+    /// (a `dry_run`, SPEC §4): its idle clock is left where it was.
+    ///
+    /// # Errors
+    /// As [`Conversations::lock`].
+    pub async fn lock_dry(&self, id: &str) -> Result<ConversationGuard> {
+        self.lock_for(id, false).await
+    }
+
+    async fn lock_for(&self, id: &str, used: bool) -> Result<ConversationGuard> {
         // A replaced database file is noticed here, before the cached entry is trusted.
         let session = self.db.session().await?;
         let (entry, uncached) = self.entry(id).await;
@@ -292,7 +305,9 @@ impl Conversations {
                 *guard = read(&session, generation, id).await?;
             }
         }
-        guard.last_seen = now;
+        if used {
+            guard.last_seen = now;
+        }
         let key = match uncached {
             Some(key) => {
                 let weight = weight(id, &guard.state);
@@ -421,6 +436,26 @@ mod tests {
         // A fresh store reading the same file agrees: the row was deleted.
         let again = store(&path, Duration::from_secs(3600)).await;
         assert_eq!(again.lock("c1").await.unwrap().state(), &Conversation::default());
+    }
+
+    #[tokio::test]
+    async fn a_dry_lock_leaves_the_idle_clock_where_it_was() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.db");
+        let ttl = Duration::from_secs(1);
+        let s = store(&path, ttl).await;
+        let saved_at = load_a(&s, "c1").await;
+        tokio::time::sleep(ttl / 2).await;
+        let e = s.lock_dry("c1").await.unwrap();
+        assert_eq!(e.entry.last_seen, saved_at);
+        assert_eq!(e.state().members.len(), 1, "still there within the TTL");
+        drop(e);
+        tokio::time::sleep(ttl * 2 / 3).await;
+        assert_eq!(
+            s.lock("c1").await.unwrap().state(),
+            &Conversation::default(),
+            "idle since the load, the dry lock notwithstanding"
+        );
     }
 
     #[tokio::test]

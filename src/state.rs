@@ -594,7 +594,7 @@ impl State {
                 database: crate::db::redact_url(&config.database),
                 limits: Limits {
                     max_tools: (config.max_tools > 0).then_some(u64::from(config.max_tools)),
-                    token_budget: config.token_budget.map(u64::from),
+                    token_budget: config.token_budget.filter(|&b| b > 0).map(u64::from),
                 },
                 profiles,
             }),
@@ -764,7 +764,13 @@ impl State {
         let convs = &self.inner.conversations;
         // A turn is answered even when the conversation store cannot be used: without the
         // conversation's memory, and without remembering this turn's hits.
-        let mut entry = match convs.lock(id).await {
+        // A dry run records nothing about the conversation, its idle clock included.
+        let locked = if dry_run {
+            convs.lock_dry(id).await
+        } else {
+            convs.lock(id).await
+        };
+        let mut entry = match locked {
             Ok(entry) => entry,
             Err(e) => {
                 tracing::warn!(error = %e, "conversation unavailable; routing without its memory");

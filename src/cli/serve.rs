@@ -181,7 +181,8 @@ serve_args! {
     /// to fit, fallback ones first [default: 128].
     #[arg(long, env = "TOOLROUTER_MAX_TOOLS")]
     max_tools: Option<u32>,
-    /// At most this many tokens (o200k_base) of tools in a `Route` answer [default: none].
+    /// At most this many tokens (o200k_base) of tools in a `Route` answer (0: none)
+    /// [default: none].
     #[arg(long, env = "TOOLROUTER_TOKEN_BUDGET")]
     token_budget: Option<u32>,
     /// Log format [default: text].

@@ -15,6 +15,7 @@ crate::on_both_backends!(
     a_conversations_groups_survive_a_server_restart_on_the_same_database,
     reset_forgets_a_conversation_and_an_empty_id_is_invalid,
     an_idle_conversation_is_forgotten_after_the_conversation_ttl,
+    a_dry_run_does_not_keep_a_conversation_alive,
     a_route_that_changes_nothing_writes_nothing,
     a_load_acknowledged_while_its_conversation_was_evicted_is_visible_to_every_later_route,
     concurrent_loads_under_a_full_cache_are_each_visible_to_the_next_route,
@@ -94,6 +95,26 @@ async fn an_idle_conversation_is_forgotten_after_the_conversation_ttl(backend: B
     app.set("sonarr_url", "x").await;
     app.load("c1", "sonarr").await.unwrap();
     tokio::time::sleep(Duration::from_millis(700)).await;
+    assert!(!app.load("c1", "sonarr").await.unwrap().already_loaded);
+    app.stop().await;
+}
+
+async fn a_dry_run_does_not_keep_a_conversation_alive(backend: Backend) {
+    let mut app = TestApp::builder_on(backend)
+        .config(|c| c.conversation_ttl = Duration::from_millis(1_000))
+        .spawn()
+        .await;
+    app.set("sonarr_url", "x").await;
+    app.load("c1", "sonarr").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let dry = app.dry_run("hello", "c1").await;
+    assert!(
+        reasons(&dry).contains(&("sonarr".into(), "REASON_LOADED")),
+        "still loaded within the TTL: {:?}",
+        reasons(&dry)
+    );
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    // Idle since the load: the dry run recorded nothing, its use included.
     assert!(!app.load("c1", "sonarr").await.unwrap().already_loaded);
     app.stop().await;
 }

@@ -20,6 +20,7 @@ crate::on_both_backends!(
     over_max_tools_the_largest_fallback_domains_are_dropped_and_stay_loadable,
     core_keyword_and_meta_tools_are_sent_even_over_the_budget,
     the_server_default_budget_applies_unless_the_request_gives_one,
+    a_server_token_budget_of_0_is_no_budget_as_max_tools_0_is_no_limit,
     the_default_max_tools_is_openais_128_and_the_demo_fits,
     include_prompt_section_answers_list_groups_prompt_section,
     a_fallback_answer_served_again_is_the_answer_built_for_its_decision,
@@ -335,6 +336,21 @@ async fn the_server_default_budget_applies_unless_the_request_gives_one(backend:
         .unwrap();
     assert!(!tight.dropped.is_empty());
     assert!(tight.tokens <= 3_000, "{} tokens", tight.tokens);
+    app.stop().await;
+}
+
+async fn a_server_token_budget_of_0_is_no_budget_as_max_tools_0_is_no_limit(backend: Backend) {
+    let mut app = TestApp::builder_on(backend)
+        .config(|c| {
+            c.max_tools = 0;
+            c.token_budget = Some(0);
+        })
+        .spawn()
+        .await;
+    activate_all(&mut app).await;
+    let r = app.route("thanks", "").await;
+    assert!(r.dropped.is_empty(), "{:?}", r.dropped);
+    assert!(r.tools.len() > 100, "{} tools", r.tools.len());
     app.stop().await;
 }
 
