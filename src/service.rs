@@ -774,9 +774,10 @@ fn search_text(scope: Scope<'_>, query: &str, hits: &[proto::ToolHit], loaded: &
     if hits.is_empty() {
         let loadable = scope.activation.loadable().iter().copied();
         let active = domain_names(&scope.view.registry, loadable);
+        // The query is echoed as error messages echo a caller's value (SPEC §5).
         return format!(
             "No tools matched '{}'. Active groups: {}.",
-            query.trim(),
+            crate::error::echo(query.trim()),
             if active.is_empty() {
                 "none".to_string()
             } else {

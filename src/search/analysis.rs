@@ -317,18 +317,32 @@ impl Analyzer {
 }
 
 /// The words of a text (UAX #29 word boundaries, keeping only words with a letter or digit),
-/// lowercased. Apostrophes inside a word stay (`don't`); a possessive `'s` is dropped.
+/// lowercased. Apostrophes inside a word stay (`don't`); a possessive `'s` is dropped. A word
+/// joined by underscores is its parts (`get_weather` is `get` and `weather`), as in the tool
+/// names it may quote.
 pub fn words(text: &str) -> impl Iterator<Item = Word> + '_ {
-    text.unicode_word_indices().map(|(start, w)| {
+    text.unicode_word_indices().flat_map(|(start, w)| {
         let w = w
             .strip_suffix("'s")
             .or_else(|| w.strip_suffix("\u{2019}s"))
             .unwrap_or(w);
-        Word {
+        parts(start, w).map(|(start, w)| Word {
             text: w.to_lowercase().replace('\u{2019}', "'"),
             span: start..start + w.len(),
-        }
+        })
     })
+}
+
+/// The parts of a word at `start` between its underscores, each with its start, keeping those
+/// with a letter or digit.
+fn parts(start: usize, word: &str) -> impl Iterator<Item = (usize, &str)> {
+    word.split('_')
+        .scan(start, |at, part| {
+            let here = *at;
+            *at += part.len() + 1;
+            Some((here, part))
+        })
+        .filter(|(_, part)| part.chars().any(char::is_alphanumeric))
 }
 
 /// Calls `f` with each word of `text` and its span, exactly as [`words`] yields them, but
@@ -339,14 +353,16 @@ pub(crate) fn for_each_word(text: &str, buf: &mut String, mut f: impl FnMut(Rang
             .strip_suffix("'s")
             .or_else(|| w.strip_suffix("\u{2019}s"))
             .unwrap_or(w);
-        buf.clear();
-        if w.is_ascii() {
-            buf.push_str(w);
-            buf.make_ascii_lowercase();
-        } else {
-            buf.push_str(&w.to_lowercase().replace('\u{2019}', "'"));
+        for (start, w) in parts(start, w) {
+            buf.clear();
+            if w.is_ascii() {
+                buf.push_str(w);
+                buf.make_ascii_lowercase();
+            } else {
+                buf.push_str(&w.to_lowercase().replace('\u{2019}', "'"));
+            }
+            f(start..start + w.len(), buf);
         }
-        f(start..start + w.len(), buf);
     }
 }
 
@@ -482,6 +498,14 @@ impl Segmented {
             .map(|(span, at)| (span.clone(), &self.text[at.clone()]))
     }
 
+    /// Appends an ASCII word found at `start` in the message.
+    fn push_ascii(&mut self, start: usize, word: &str) {
+        let at = self.text.len();
+        self.text.push_str(word);
+        self.text[at..].make_ascii_lowercase();
+        self.words.push((start..start + word.len(), at..self.text.len()));
+    }
+
     /// Ends the segment whose first word is `first`: kept when it holds a word.
     fn close_segment(&mut self, first: usize) {
         if self.words.len() > first {
@@ -496,7 +520,8 @@ impl Segmented {
     /// never falls inside such a run nor next to a joining mark (a sentence mark is followed
     /// by a space or a line break, a clause starts at a word), so the words of a segment are
     /// the message's words inside it, and one pass yields what cutting first and splitting
-    /// each segment yields.
+    /// each segment yields. A word's parts between underscores are its words, as in
+    /// [`for_each_word`].
     fn analyse_ascii(&mut self, message: &str) {
         let bytes = message.as_bytes();
         let len = bytes.len();
@@ -513,11 +538,13 @@ impl Segmented {
             if core(b) {
                 let start = i;
                 let mut alphanumeric = b != b'_';
+                let mut underscore = b == b'_';
                 i += 1;
                 while i < len {
                     let c = bytes[i];
                     if core(c) {
                         alphanumeric |= c != b'_';
+                        underscore |= c == b'_';
                     } else if !(i + 1 < len && joins(c, bytes[i - 1], bytes[i + 1])) {
                         break;
                     }
@@ -533,10 +560,13 @@ impl Segmented {
                     first = self.words.len();
                 }
                 let word = raw.strip_suffix("'s").unwrap_or(raw);
-                let at = self.text.len();
-                self.text.push_str(word);
-                self.text[at..].make_ascii_lowercase();
-                self.words.push((start..start + word.len(), at..self.text.len()));
+                if underscore {
+                    for (start, part) in parts(start, word) {
+                        self.push_ascii(start, part);
+                    }
+                } else {
+                    self.push_ascii(start, word);
+                }
                 continue;
             }
             if matches!(b, b'.' | b'!' | b'?' | b';' | b'\n')
@@ -582,6 +612,11 @@ mod tests {
             ("don’t stop", &["don't", "stop"]),
             ("Spiel das HÖRBUCH", &["spiel", "das", "hörbuch"]),
             ("pi-hole, 3.5 GB", &["pi", "hole", "3.5", "gb"]),
+            (
+                "call get_Weather_ or __init__",
+                &["call", "get", "weather", "or", "init"],
+            ),
+            ("the user_name's row", &["the", "user", "name", "row"]),
             ("...", &[]),
         ];
         for (text, want) in cases {

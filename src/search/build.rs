@@ -102,7 +102,7 @@ impl SearchIndex {
         let mut term_words: Vec<String> = Vec::new();
         let mut tool_domain = Vec::with_capacity(registry.tool_count());
         let mut domain_start = Vec::with_capacity(registry.domains().len() + 1);
-        let mut names = HashMap::default();
+        let mut names = Vec::with_capacity(registry.tool_count());
         // Per tool: (term, field) occurrences, and per field the tool's length in terms. Word
         // pairs get their terms once every word has one.
         let mut docs: Vec<Document> = Vec::with_capacity(registry.tool_count());
@@ -111,7 +111,7 @@ impl SearchIndex {
         for (d, domain) in registry.domains().iter().enumerate() {
             domain_start.push(tool_domain.len() as u32);
             for (t, tool) in domain.tools.iter().enumerate() {
-                names.insert(tool.name.to_lowercase(), tool_domain.len() as u32);
+                names.push((tool.name.to_lowercase(), tool_domain.len() as u32));
                 tool_domain.push(d as u32);
                 let texts = tool_fields(registry, DomainId::at(d), t);
                 let mut occurrences = Vec::new();
@@ -248,7 +248,10 @@ impl SearchIndex {
             df,
             tool_domain,
             domain_start,
-            names,
+            names: {
+                names.sort_unstable();
+                names
+            },
         }
     }
 }

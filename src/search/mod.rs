@@ -245,8 +245,9 @@ pub struct SearchIndex {
     /// at the end).
     tool_domain: Vec<u32>,
     domain_start: Vec<u32>,
-    /// Lowercased tool name -> global tool, for exact-name lookups.
-    names: HashMap<String, u32, foldhash::fast::FixedState>,
+    /// (lowercased tool name, global tool), sorted, for exact-name lookups: names that differ
+    /// only in case are distinct tools with one entry each.
+    names: Vec<(String, u32)>,
 }
 
 /// Asks the processor to load the cache line holding `item`, without waiting for it: a hint,
@@ -813,8 +814,8 @@ impl SearchIndex {
     }
 
     /// The best tools for a query over the whole registry, best first (SPEC §5
-    /// `SearchTools`): a tool whose name equals the query (ignoring case and surrounding
-    /// space) first, then by score, ties by registry order. At most `limit`, among the
+    /// `SearchTools`): the tools whose name equals the query (ignoring case and surrounding
+    /// space) first, in registry order, then by score, ties by registry order. At most `limit`, among the
     /// `visible` tools (registry order; all when `None`).
     pub fn search_tools(&self, query: &str, limit: usize, visible: Option<&[bool]>) -> Vec<ToolMatch> {
         let terms = self.query_terms(query);
@@ -824,23 +825,28 @@ impl SearchIndex {
         let shown = |tool: u32| visible.is_none_or(|v| v[tool as usize]);
         touched.retain(|&t| shown(t));
         touched.sort_by(|&a, &b| scores[b as usize].total_cmp(&scores[a as usize]).then(a.cmp(&b)));
-        let exact = self
-            .names
-            .get(&query.trim().to_lowercase())
-            .copied()
-            .filter(|&t| shown(t));
+        // Every tool named as asked, ignoring case, in registry order.
+        let name = query.trim().to_lowercase();
+        let from = self.names.partition_point(|(n, _)| *n < name);
+        let exact: Vec<u32> = self.names[from..]
+            .iter()
+            .take_while(|(n, _)| *n == name)
+            .map(|&(_, t)| t)
+            .filter(|&t| shown(t))
+            .collect();
         let top = touched.first().map_or(0.0, |&t| scores[t as usize]);
         let ranked = exact
-            .into_iter()
-            .chain(touched.into_iter().filter(|&t| Some(t) != exact))
+            .iter()
+            .copied()
+            .chain(touched.into_iter().filter(|t| !exact.contains(t)))
             .take(limit);
         ranked
             .map(|tool| {
                 let d = self.tool_domain[tool as usize];
                 let mut terms_hit = self.matched_words(query, &terms, tool);
-                let score = if Some(tool) == exact {
+                let score = if exact.contains(&tool) {
                     if terms_hit.is_empty() {
-                        terms_hit.push(query.trim().to_lowercase());
+                        terms_hit.push(name.clone());
                     }
                     scores[tool as usize].max(top)
                 } else {

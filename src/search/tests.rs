@@ -270,3 +270,57 @@ fn surface_keys_tell_every_word_apart() {
         assert_eq!(surface.get(unseen), None, "{unseen:?}");
     }
 }
+
+#[test]
+fn every_tool_named_as_asked_ranks_first_when_names_differ_only_in_case() {
+    let registry = Registry::from_sources([
+        (
+            "alpha.json",
+            r#"{"name":"alpha","tools":[{"name":"gizmo_maker","description":"Makes a widget widget widget"},{"name":"Widget","description":"Turns things"}]}"#,
+        ),
+        (
+            "beta.json",
+            r#"{"name":"beta","tools":[{"name":"widget","description":"Spins"}]}"#,
+        ),
+    ])
+    .unwrap();
+    let index = SearchIndex::new(&registry);
+    let names = |hits: Vec<ToolMatch>| -> Vec<String> {
+        hits.iter()
+            .map(|h| registry.domain(h.domain).tools[h.tool].name.clone())
+            .collect()
+    };
+    // Both exact matches first, in registry order, then the tool that only scores.
+    assert_eq!(
+        names(index.search_tools(" WIDGET ", 5, None)),
+        ["Widget", "widget", "gizmo_maker"]
+    );
+    // A hidden exact match leaves the other one first.
+    let visible = [true, false, true];
+    assert_eq!(
+        names(index.search_tools("Widget", 5, Some(&visible))),
+        ["widget", "gizmo_maker"]
+    );
+    // Each exact match scores at least the best other score.
+    let hits = index.search_tools("widget", 5, None);
+    assert!(
+        hits[0].score >= hits[2].score && hits[1].score >= hits[2].score,
+        "{hits:?}"
+    );
+}
+
+#[test]
+fn a_query_word_joined_by_underscores_is_read_as_its_parts() {
+    let (registry, index) = index();
+    // Not a tool's name, but its words, as a model guessing a name writes them.
+    assert_eq!(
+        ranked(&registry, &index, "get_outlook_now")
+            .first()
+            .map(String::as_str),
+        Some("forecast")
+    );
+    assert_eq!(
+        ranked(&registry, &index, "beds_plan").first().map(String::as_str),
+        Some("garden")
+    );
+}
