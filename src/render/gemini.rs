@@ -5,8 +5,10 @@
 //! enum, `oneOf` as `anyOf`, and every keyword the `Schema` object does not have removed.
 //! What cannot be expressed is dropped, never invented: a cyclic `$ref` drops the property
 //! that holds it, a tuple `items` is dropped, a `format` the API rejects for its type is
-//! dropped, and so is an enum on a type other than STRING (the API allows an enum on
-//! strings only, "enum: only allowed for STRING type"; the value keeps its own type).
+//! dropped. Fields the API allows on one type only go where it takes them: a node without a
+//! type gets the one its fields say, a union's fields move into the branch of their type, and
+//! a field of another type than the node's is dropped (an enum on an integer; the value keeps
+//! its own type).
 
 use serde_json::{Map, Value};
 
@@ -51,6 +53,69 @@ const COUNTS: &[&str] = &[
     "minLength",
     "maxLength",
 ];
+
+/// The fields the API allows on one type only ("properties: only allowed for OBJECT type",
+/// "enum: only allowed for STRING type"), by that type.
+const TYPED: &[(&str, &[&str])] = &[
+    (
+        "OBJECT",
+        &[
+            "properties",
+            "required",
+            "propertyOrdering",
+            "minProperties",
+            "maxProperties",
+        ],
+    ),
+    ("ARRAY", &["items", "minItems", "maxItems"]),
+    ("STRING", &["enum", "minLength", "maxLength", "pattern"]),
+];
+
+/// The type a field is allowed on, when it is allowed on one only.
+fn owner(field: &str) -> Option<&'static str> {
+    TYPED
+        .iter()
+        .find(|(_, fields)| fields.contains(&field))
+        .map(|&(ty, _)| ty)
+}
+
+/// Puts each field allowed on one type only where the API takes it. A node without a type
+/// gets the type its fields say (`properties` an object, `items` an array, `enum` strings),
+/// as JSON Schema reads them. In a union (`anyOf` from a list of types) such a field moves
+/// into the branch of its type. Elsewhere, a field of another type than the node's is dropped
+/// (`enum` on an integer): the value keeps its own type.
+fn fit_to_type(out: &mut Map<String, Value>) {
+    if !out.contains_key("type") && !out.contains_key("anyOf") {
+        let implied = TYPED
+            .iter()
+            .find(|(_, fields)| fields.iter().any(|f| out.contains_key(*f)));
+        if let Some(&(ty, _)) = implied {
+            out.insert("type".into(), Value::String(ty.into()));
+        }
+    }
+    let ty = out.get("type").and_then(Value::as_str).map(str::to_string);
+    let typed: Vec<String> = out.keys().filter(|k| owner(k).is_some()).cloned().collect();
+    for field in typed {
+        let owner = owner(&field);
+        if ty.is_some() && ty.as_deref() == owner {
+            // Where it belongs: left in its place, so the manifest's order is kept.
+            continue;
+        }
+        // Of another type than the node's it is dropped; in a union it moves.
+        let Some(value) = out.shift_remove(&field) else {
+            continue;
+        };
+        if ty.is_none()
+            && let Some(Value::Array(branches)) = out.get_mut("anyOf")
+        {
+            for branch in branches.iter_mut().filter_map(Value::as_object_mut) {
+                if branch.get("type").and_then(Value::as_str) == owner {
+                    branch.entry(field.clone()).or_insert_with(|| value.clone());
+                }
+            }
+        }
+    }
+}
 
 /// How deep `$ref`s are followed before a reference is treated as a cycle.
 const MAX_REF_DEPTH: usize = 32;
@@ -290,18 +355,7 @@ impl<'a> Reducer<'a> {
                 }
             }
         }
-        // The API takes an enum on STRING only: without a type, STRING is what its values
-        // are; on another type it is dropped, and the value keeps its type.
-        match out.get("type").and_then(Value::as_str) {
-            _ if !out.contains_key("enum") => {}
-            None => {
-                out.insert("type".into(), Value::String("STRING".into()));
-            }
-            Some("STRING") => {}
-            Some(_) => {
-                out.remove("enum");
-            }
-        }
+        fit_to_type(&mut out);
         Some(Value::Object(out))
     }
 }
@@ -332,6 +386,11 @@ fn check_node(node: &Value, at: &str, problems: &mut Vec<String>) {
             problems.push(format!("{here}: not a field of the Schema object"));
             continue;
         }
+        if let Some(ty) = owner(key)
+            && map.get("type").and_then(Value::as_str) != Some(ty)
+        {
+            problems.push(format!("{here}: allowed on {ty} only"));
+        }
         let ok = match key.as_str() {
             "type" => value.as_str().is_some_and(|t| TYPES.contains(&t)),
             "format" => value
@@ -339,12 +398,9 @@ fn check_node(node: &Value, at: &str, problems: &mut Vec<String>) {
                 .is_some_and(|f| format_allowed(map.get("type").and_then(Value::as_str), f)),
             "title" | "description" | "pattern" => value.is_string(),
             "nullable" => value.is_boolean(),
-            "enum" => {
-                map.get("type").and_then(Value::as_str) == Some("STRING")
-                    && value
-                        .as_array()
-                        .is_some_and(|a| !a.is_empty() && a.iter().all(Value::is_string))
-            }
+            "enum" => value
+                .as_array()
+                .is_some_and(|a| !a.is_empty() && a.iter().all(Value::is_string)),
             k if COUNTS.contains(&k) => value.as_u64().is_some(),
             "minimum" | "maximum" => value.is_number(),
             "required" | "propertyOrdering" => value.as_array().is_some_and(|a| {
@@ -512,10 +568,63 @@ mod tests {
     }
 
     #[test]
+    fn fields_of_one_type_go_where_the_api_takes_them() {
+        let out = reduce(json!({
+            "type": "object",
+            "properties": {
+                // An object without its type, as JSON Schema allows.
+                "data": {"properties": {"id": {"type": "string"}}, "required": ["id"]},
+                // An array without its type.
+                "tags": {"items": {"type": "string"}, "maxItems": 3},
+                // A union: each field moves into the branch of its type.
+                "either": {"type": ["string", "array"], "items": {"type": "integer"},
+                           "maxLength": 9, "minItems": 1},
+                // Fields of another type than the node's are dropped.
+                "count": {"type": "integer", "properties": {"x": {"type": "string"}},
+                          "items": {"type": "string"}, "pattern": "^a"},
+            },
+        }))
+        .unwrap();
+        assert_eq!(
+            out,
+            json!({
+                "type": "OBJECT",
+                "properties": {
+                    "data": {"properties": {"id": {"type": "STRING"}}, "required": ["id"],
+                             "type": "OBJECT"},
+                    "tags": {"items": {"type": "STRING"}, "maxItems": 3, "type": "ARRAY"},
+                    "either": {"anyOf": [
+                        {"type": "STRING", "maxLength": 9},
+                        {"type": "ARRAY", "items": {"type": "INTEGER"}, "minItems": 1},
+                    ]},
+                    "count": {"type": "INTEGER"},
+                },
+            })
+        );
+        assert_eq!(check_schema(&out), Vec::<String>::new());
+        let union_items = json!({"anyOf": [{"type": "STRING"}, {"type": "ARRAY"}],
+                                 "items": {"type": "STRING"}});
+        assert_eq!(check_schema(&union_items), ["/items: allowed on ARRAY only"]);
+    }
+
+    #[test]
     fn the_check_names_what_the_api_rejects() {
         let bad = json!({"type": "object", "properties": {"a": {"type": "string", "format": "uuid",
                          "enum": [1]}}, "required": ["b"], "additionalProperties": false});
         let problems = check_schema(&bad);
-        assert_eq!(problems.len(), 6, "{problems:?}");
+        assert_eq!(
+            problems,
+            [
+                "/type: not a valid value for this field",
+                "/properties: allowed on OBJECT only",
+                "/properties/a/type: not a valid value for this field",
+                "/properties/a/format: not a valid value for this field",
+                "/properties/a/enum: allowed on STRING only",
+                "/properties/a/enum: not a valid value for this field",
+                "/required: allowed on OBJECT only",
+                "/required: not a valid value for this field",
+                "/additionalProperties: not a field of the Schema object",
+            ]
+        );
     }
 }
