@@ -75,8 +75,23 @@ const GROUP_TOOL_FIELDS: &[&str] = &[
 /// Every problem found in the file.
 pub fn parse(path: &str, text: &str) -> Result<Domain, Vec<ManifestError>> {
     let format = Format::of(Path::new(path)).unwrap_or(Format::Json);
-    let value = read(path, text, format)?;
-    validate(path, value, format)
+    let (value, found) = read(path, text, format)?;
+    with_found(found, validate(path, value, format))
+}
+
+/// A validation's result after the problems [`read`] found without stopping: those first.
+fn with_found(
+    mut found: Vec<ManifestError>,
+    validated: Result<Domain, Vec<ManifestError>>,
+) -> Result<Domain, Vec<ManifestError>> {
+    match validated {
+        Ok(d) if found.is_empty() => Ok(d),
+        Ok(_) => Err(found),
+        Err(mut errors) => {
+            found.append(&mut errors);
+            Err(found)
+        }
+    }
 }
 
 /// Parses a manifest that comes without a file (a domain registered at run time): one native
@@ -91,7 +106,7 @@ pub fn parse_native(
     text: &str,
     source: impl Fn(Option<&str>) -> String,
 ) -> Result<Domain, Vec<ManifestError>> {
-    let value = read(&source(None), text, Format::Json).map_err(|mut errors| {
+    let (value, found) = read(&source(None), text, Format::Json).map_err(|mut errors| {
         // The usual mistake behind text that is not JSON: a TOML manifest.
         if !text.trim_start().starts_with(['{', '[']) {
             for e in &mut errors {
@@ -102,7 +117,7 @@ pub fn parse_native(
     })?;
     let path = source(value.get("name").and_then(Value::as_str));
     match value {
-        Value::Object(_) => validate(&path, value, Format::Json),
+        Value::Object(_) => with_found(found, validate(&path, value, Format::Json)),
         Value::Array(_) => Err(vec![err(
             &path,
             format!("a group-array manifest (a JSON array) is not accepted here{NATIVE_JSON_ONLY}"),
@@ -118,27 +133,43 @@ pub fn parse_native(
 const NATIVE_JSON_ONLY: &str = " (a domain registered at run time is one native manifest: a JSON object with `name`; group arrays and TOML are manifest-file formats)";
 
 /// The manifest's text as a JSON value (TOML converted), or its syntax error at line:column.
-fn read(path: &str, text: &str, format: Format) -> Result<Value, Vec<ManifestError>> {
+/// A duplicate object key does not stop the checks: it is returned beside the value (read
+/// with the last of the duplicates, as JSON parsers do), so the rest of the file is checked
+/// too; only the first duplicate is found.
+fn read(path: &str, text: &str, format: Format) -> Result<(Value, Vec<ManifestError>), Vec<ManifestError>> {
     // Editors on some systems write a byte-order mark; it is not part of the document.
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let json_error = |e: serde_json::Error| {
+        let msg = e.to_string();
+        // serde_json appends " at line L column C"; the position goes in front instead.
+        let msg = msg.split(" at line ").next().unwrap_or(&msg).to_string();
+        let msg = if msg.starts_with(DUPLICATE_KEY) {
+            msg
+        } else {
+            format!("malformed JSON: {msg}")
+        };
+        err_at(path, Some(json_position(text, e.line(), e.column())), msg)
+    };
     match format {
-        Format::Json => serde_json::from_str::<Strict>(text).map(|s| s.0).map_err(|e| {
-            let msg = e.to_string();
-            // serde_json appends " at line L column C"; the position goes in front instead.
-            let msg = msg.split(" at line ").next().unwrap_or(&msg).to_string();
-            let msg = if msg.starts_with(DUPLICATE_KEY) {
-                msg
-            } else {
-                format!("malformed JSON: {msg}")
-            };
-            vec![err_at(path, Some(json_position(text, e.line(), e.column())), msg)]
-        }),
+        Format::Json => match serde_json::from_str::<Strict>(text) {
+            Ok(Strict(value)) => Ok((value, Vec::new())),
+            Err(e) if e.to_string().starts_with(DUPLICATE_KEY) => {
+                let duplicate = json_error(e);
+                match serde_json::from_str::<Value>(text) {
+                    Ok(value) => Ok((value, vec![duplicate])),
+                    Err(e) => Err(vec![duplicate, json_error(e)]),
+                }
+            }
+            Err(e) => Err(vec![json_error(e)]),
+        },
         Format::Toml => {
             let table = toml::from_str::<toml::Table>(text).map_err(|e| {
                 let pos = e.span().map(|s| line_col(text, s.start));
                 vec![err_at(path, pos, format!("malformed TOML: {}", e.message()))]
             })?;
-            serde_json::to_value(table).map_err(|e| vec![err(path, format!("malformed TOML: {e}"))])
+            serde_json::to_value(table)
+                .map(|value| (value, Vec::new()))
+                .map_err(|e| vec![err(path, format!("malformed TOML: {e}"))])
         }
     }
 }

@@ -1366,6 +1366,31 @@ fn a_duplicate_key_in_a_json_object_is_rejected_at_its_position() {
 }
 
 #[test]
+fn a_duplicate_key_does_not_hide_the_files_other_problems() {
+    let text = r#"{"name": "Alpha", "name": "alpha", "keywrods": [],
+        "tools": [{"name": "t", "description": "d", "tier": "bogus"}]}"#;
+    let errors = load_errors(&[("a.json", text)]);
+    let listed = shown(&errors);
+    assert_eq!(errors.len(), 3, "{listed}");
+    assert_eq!(errors[0].position, Some((1, 24)), "{listed}");
+    assert!(errors[0].message.contains("duplicate key `name`"), "{listed}");
+    assert!(
+        errors[1..]
+            .iter()
+            .any(|e| e.message.contains("unknown field `keywrods`")),
+        "{listed}"
+    );
+    assert!(errors[1..].iter().any(|e| e.message.contains("tier")), "{listed}");
+    // A syntax error after the duplicate is reported too.
+    let broken = r#"{"name": "a", "name": "b", "tools": [}"#;
+    let errors = load_errors(&[("b.json", broken)]);
+    let listed = shown(&errors);
+    assert_eq!(errors.len(), 2, "{listed}");
+    assert!(errors[0].message.contains("duplicate key `name`"), "{listed}");
+    assert!(errors[1].message.contains("malformed JSON"), "{listed}");
+}
+
+#[test]
 fn a_tool_without_a_tier_is_unspecified_not_read() {
     for (path, text) in [
         (
