@@ -71,8 +71,8 @@ impl From<LogFormatArg> for LogFormat {
 
 /// How a flag's value lands on the configuration key of the same name: an option given
 /// replaces the key (converted: a command-line enum into the core one, `T` into
-/// `Option<T>`), a non-empty list replaces the list, a switch given turns the key on.
-/// Absent flags leave the file's value (or the default).
+/// `Option<T>`), a non-empty list replaces the list. Absent flags leave the file's value
+/// (or the default).
 trait Overlay<K> {
     fn apply(self, key: &mut K);
 }
@@ -90,12 +90,6 @@ impl<T> Overlay<Vec<T>> for Vec<T> {
         if !self.is_empty() {
             *key = self;
         }
-    }
-}
-
-impl Overlay<bool> for bool {
-    fn apply(self, key: &mut bool) {
-        *key |= self;
     }
 }
 
@@ -204,9 +198,18 @@ serve_args! {
     /// Require `authorization: Bearer <TOKEN>` on every call except health.
     #[arg(long, env = "TOOLROUTER_AUTH_TOKEN", hide_env_values = true)]
     auth_token: Option<String>,
-    /// Allow a non-loopback `--listen` address without `--auth-token`.
-    #[arg(long, env = "TOOLROUTER_ALLOW_UNAUTHENTICATED")]
-    allow_unauthenticated: bool,
+    /// Allow a non-loopback `--listen` address without `--auth-token`
+    /// (`--allow-unauthenticated=false` turns off what a config file turned on)
+    /// [default: false].
+    #[arg(
+        long,
+        env = "TOOLROUTER_ALLOW_UNAUTHENTICATED",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    allow_unauthenticated: Option<bool>,
     /// PEM certificate chain: serve TLS (with `--tls-key`).
     #[arg(long, env = "TOOLROUTER_TLS_CERT")]
     tls_cert: Option<PathBuf>,
@@ -422,5 +425,30 @@ mod tests {
         assert_eq!(c.manifests, vec![PathBuf::from("m")]);
         assert!(c.allow_unauthenticated);
         assert_eq!(c.max_message_bytes, 100);
+    }
+
+    #[test]
+    fn a_flag_turns_off_a_switch_the_config_file_turned_on() {
+        use clap::Parser as _;
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("c.toml");
+        std::fs::write(&file, "allow_unauthenticated = true\n").unwrap();
+        let parsed = |extra: &[&str]| {
+            let mut argv = vec!["toolrouter", "serve", "--config", file.to_str().unwrap()];
+            argv.extend_from_slice(extra);
+            let cli = crate::cli::Cli::try_parse_from(argv).unwrap();
+            let crate::cli::Command::Serve(args) = cli.command else {
+                panic!("not serve")
+            };
+            args.config().unwrap().allow_unauthenticated
+        };
+        assert!(parsed(&[]), "the file's");
+        assert!(!parsed(&["--allow-unauthenticated=false"]));
+        assert!(parsed(&["--allow-unauthenticated"]));
+        assert!(parsed(&["--allow-unauthenticated=true"]));
+        assert!(
+            crate::cli::Cli::try_parse_from(["toolrouter", "serve", "--allow-unauthenticated=maybe"])
+                .is_err()
+        );
     }
 }
