@@ -1,7 +1,9 @@
 //! Conversations: the groups loaded and the domains hit per conversation, persisted to the
 //! database before an operation answers, with a bounded in-memory cache in front (the
 //! database stays the source of truth). The idle clock lives in memory and is flushed lazily
-//! by [`Conversations::maintain`], so a `Route` that changes nothing writes nothing.
+//! by [`Conversations::maintain`], so a `Route` that changes nothing writes nothing. A
+//! conversation the cache drops to save memory leaves its unflushed clock behind (see
+//! [`Clocks`]), so a conversation in use is never forgotten for being out of the cache.
 //!
 //! **Several daemons (PostgreSQL).** Another daemon may change a conversation this one
 //! caches, so each call first reads the conversation's version and latest recorded use (one
@@ -132,6 +134,34 @@ struct Live {
     sweep_at: usize,
 }
 
+/// The idle clocks (Unix ms of the last use) of conversations the cache dropped to save
+/// memory before their clock was written, by id: the next upkeep writes them, and a call that
+/// reads such a conversation back from the database takes its clock from here, so its idle
+/// time still counts from its last use.
+#[derive(Clone, Default)]
+struct Clocks(Arc<std::sync::Mutex<HashMap<Arc<str>, i64>>>);
+
+impl Clocks {
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, i64>> {
+        // A poisoned lock means a panic while holding it; every step leaves the map whole.
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Keeps `entry`'s clock when the database does not have it yet.
+    fn keep(&self, id: &Arc<str>, entry: &Entry) {
+        if entry.in_db && entry.last_seen > entry.flushed {
+            let mut map = self.map();
+            let kept = map.entry(id.clone()).or_insert(entry.last_seen);
+            *kept = (*kept).max(entry.last_seen);
+        }
+    }
+
+    /// The clock kept for `id`, removed.
+    fn take(&self, id: &str) -> Option<i64> {
+        self.map().remove(id)
+    }
+}
+
 /// A locked conversation, for one call: what it remembers, and the one way to change it.
 /// Dropping it unlocks it.
 pub(crate) struct ConversationGuard {
@@ -140,6 +170,17 @@ pub(crate) struct ConversationGuard {
     /// The call's database session (the file was checked when it was locked).
     session: Session,
     cache: Cache<Arc<str>, Cached>,
+    clocks: Clocks,
+}
+
+impl Drop for ConversationGuard {
+    /// An entry the cache dropped while this call held it (the eviction could not read it
+    /// then) leaves its clock behind now.
+    fn drop(&mut self) {
+        if self.entry.last_seen > self.entry.flushed && !self.cache.contains_key(&self.id) {
+            self.clocks.keep(&self.id, &self.entry);
+        }
+    }
 }
 
 impl ConversationGuard {
@@ -203,6 +244,7 @@ pub struct Conversations {
     /// Not owned by the cache: it only holds weak references, so an evicted entry lives
     /// exactly as long as some call holds it.
     live: Arc<std::sync::Mutex<Live>>,
+    clocks: Clocks,
 }
 
 /// Unix milliseconds now.
@@ -218,16 +260,28 @@ impl Conversations {
     pub fn new(db: Db, ttl: Duration, capacity_bytes: u64) -> Conversations {
         // Time-to-idle equal to the conversation TTL: a cached entry expires exactly when its
         // conversation would.
+        let clocks = Clocks::default();
+        let kept = clocks.clone();
         let cache = Cache::builder()
             .max_capacity(capacity_bytes)
             .weigher(|_: &Arc<str>, c: &Cached| c.weight)
             .time_to_idle(ttl)
+            // Dropped to save memory: its clock stays behind. (Expired means idle for the
+            // TTL already; replaced and invalidated entries are still, or no longer, in use.)
+            .eviction_listener(move |id: Arc<Arc<str>>, c: Cached, cause| {
+                if cause == moka::notification::RemovalCause::Size
+                    && let Ok(entry) = c.entry.try_lock()
+                {
+                    kept.keep(&id, &entry);
+                }
+            })
             .build();
         Conversations {
             db,
             ttl,
             cache,
             live: Arc::default(),
+            clocks,
         }
     }
 
@@ -288,6 +342,10 @@ impl Conversations {
         let generation = self.db.generation();
         if !guard.loaded || guard.unsure || guard.generation != generation {
             *guard = read(&session, generation, id).await?;
+            // A use the cache dropped before it was written.
+            if let Some(seen) = self.clocks.take(id) {
+                guard.last_seen = guard.last_seen.max(seen);
+            }
         } else if self.db.shared() {
             check(&session, &mut guard, id).await?;
         }
@@ -321,6 +379,7 @@ impl Conversations {
             id: key,
             session,
             cache: self.cache.clone(),
+            clocks: self.clocks.clone(),
         })
     }
 
@@ -342,16 +401,26 @@ impl Conversations {
         self.db.session().await?.delete_conversation(id).await?;
         // Re-read on next use (it has no row now, so that costs one empty read).
         *guard = Entry::default();
+        self.clocks.take(id);
         self.cache.invalidate(id).await;
         Ok(())
     }
 
-    /// Flushes the idle clocks that moved and forgets conversations idle past the TTL.
+    /// Flushes the idle clocks that moved (also those the cache left behind) and forgets
+    /// conversations idle past the TTL.
     ///
     /// # Errors
     /// A database fault.
     pub(crate) async fn maintain(&self) -> Result<()> {
         let session = self.db.session().await?;
+        let left: Vec<(Arc<str>, i64)> = self.clocks.map().iter().map(|(id, &t)| (id.clone(), t)).collect();
+        for (id, seen) in left {
+            session.touch_conversation(&id, seen).await?;
+            let mut map = self.clocks.map();
+            if map.get(&id).is_some_and(|&t| t <= seen) {
+                map.remove(&id);
+            }
+        }
         for (id, cached) in self.cache.iter() {
             let entry = &cached.entry;
             let (seen, due) = {
@@ -456,6 +525,34 @@ mod tests {
             &Conversation::default(),
             "idle since the load, the dry lock notwithstanding"
         );
+    }
+
+    #[tokio::test]
+    async fn a_conversation_in_use_outlives_the_ttl_out_of_the_cache() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.db");
+        let ttl = Duration::from_secs(1);
+        // No room for any entry: every conversation is dropped from the cache at once.
+        let s = store(&path, ttl).await;
+        let saved_at = load_a(&s, "c1").await;
+        for _ in 0..3 {
+            tokio::time::sleep(ttl / 2).await;
+            let e = s.lock("c1").await.unwrap();
+            assert_eq!(e.state().members.len(), 1, "forgotten while in use");
+            drop(e);
+            s.cache.run_pending_tasks().await;
+        }
+        assert_eq!(s.cached().await, 0, "the test needs it out of the cache");
+        // Upkeep writes the clock the cache left behind, and deletes nothing in use.
+        s.maintain().await.unwrap();
+        let db = Db::connect(&format!("sqlite://{}", path.display()))
+            .await
+            .unwrap()
+            .session()
+            .await
+            .unwrap();
+        let stored = db.load_conversation("c1").await.unwrap().expect("kept");
+        assert!(stored.last_seen > saved_at + 1_000, "the last use was written");
     }
 
     #[tokio::test]
