@@ -362,12 +362,16 @@ impl Validator<'_> {
     }
 
     fn meta(&mut self, obj: &Map<String, Value>) -> Meta {
-        let keywords = self.strings(obj, "keywords");
+        let mut keywords = self.strings(obj, "keywords");
         for (i, k) in keywords.iter().enumerate() {
             if k.trim().is_empty() {
                 self.push(format!("keyword #{} is empty or whitespace-only", i + 1));
             }
         }
+        // Keywords match ignoring case, so a keyword listed twice (in any case) is one: the
+        // first spelling is kept, and a hit names it once (SPEC §4, "each once").
+        let mut seen = std::collections::HashSet::new();
+        keywords.retain(|k| seen.insert(k.to_lowercase()));
         let settings_keys = self.strings(obj, "settings_keys");
         for (i, k) in settings_keys.iter().enumerate() {
             if k.trim().is_empty() {

@@ -1366,6 +1366,20 @@ fn a_duplicate_key_in_a_json_object_is_rejected_at_its_position() {
 }
 
 #[test]
+fn a_keyword_listed_twice_in_any_case_is_kept_once_as_first_spelled() {
+    let d = parsed(
+        "x.json",
+        r#"{"name": "x", "keywords": ["light", "Light", "lamp", "light", "LAMP"]}"#,
+    );
+    assert_eq!(d.keywords, ["light", "lamp"]);
+    let g = parsed(
+        "g.json",
+        r#"[{"_meta": true, "keywords": ["Hörbuch", "hörbuch"]}]"#,
+    );
+    assert_eq!(g.keywords, ["Hörbuch"]);
+}
+
+#[test]
 fn a_duplicate_key_does_not_hide_the_files_other_problems() {
     let text = r#"{"name": "Alpha", "name": "alpha", "keywrods": [],
         "tools": [{"name": "t", "description": "d", "tier": "bogus"}]}"#;
