@@ -325,6 +325,16 @@ impl Config {
     /// # Errors
     /// `Config` naming the setting and what to do.
     pub fn validate(&self) -> Result<()> {
+        let sqlite = self
+            .database
+            .get(..7)
+            .is_some_and(|s| s.eq_ignore_ascii_case("sqlite:"));
+        if !(sqlite || crate::db::is_postgres(&self.database)) {
+            return Err(Error::Config(format!(
+                "database URL {:?} is neither sqlite://FILE nor postgres://USER:PASSWORD@HOST/DB",
+                crate::db::redact_url(&self.database)
+            )));
+        }
         if self.auth_token.as_deref().is_some_and(|t| t.trim().is_empty()) {
             return Err(Error::Config(
                 "the auth token is empty; give a token or leave it unset".into(),
@@ -395,8 +405,20 @@ impl Config {
         };
         let text = std::fs::read_to_string(path)
             .map_err(|e| Error::Config(format!("cannot read config file {}: {e}", path.display())))?;
-        toml::from_str(&text)
-            .map_err(|e| Error::Config(format!("config file {}: {}", path.display(), e.message())))
+        toml::from_str(&text).map_err(|e| {
+            // Where in the file, as line:column, so a wrong value's key is found at once.
+            let at = e.span().map_or_else(String::new, |span| {
+                let before = &text[..span.start.min(text.len())];
+                let line = before.matches('\n').count() + 1;
+                let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+                format!(":{line}:{column}")
+            });
+            Error::Config(format!(
+                "config file {}{at}: {}",
+                path.display(),
+                e.message().trim_end()
+            ))
+        })
     }
 }
 
@@ -638,5 +660,41 @@ max_tools = 40
         std::fs::write(&path, "setings_ttl = \"2s\"\n").unwrap();
         let e = Config::load(Some(&path)).unwrap_err().to_string();
         assert!(e.contains("setings_ttl"), "{e}");
+    }
+
+    #[test]
+    fn a_database_url_must_be_sqlite_or_postgres() {
+        for url in ["mysql://x/y", "", "toolrouter.db", "postgres:x"] {
+            let c = Config {
+                database: url.into(),
+                ..Config::default()
+            };
+            let e = c.validate().unwrap_err().to_string();
+            assert!(e.contains("neither sqlite://FILE nor postgres://"), "{url}: {e}");
+        }
+        for url in [
+            "sqlite://t.db",
+            "sqlite:t.db",
+            "SQLITE:///tmp/t.db?mode=rwc",
+            "sqlite::memory:",
+            "postgres://u:p@h/d",
+            "postgresql://h/d",
+        ] {
+            let c = Config {
+                database: url.into(),
+                ..Config::default()
+            };
+            assert!(c.validate().is_ok(), "{url}");
+        }
+    }
+
+    #[test]
+    fn a_wrong_config_value_is_an_error_naming_its_line_and_column() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        std::fs::write(&path, "settings_ttl = \"2s\"\nmax_tools = \"40\"\n").unwrap();
+        let e = Config::load(Some(&path)).unwrap_err().to_string();
+        assert!(e.contains(&format!("{}:2:13:", path.display())), "{e}");
+        assert!(e.contains("u32"), "{e}");
     }
 }

@@ -7,6 +7,7 @@ use clap::Args;
 
 use super::serve::ServeArgs;
 use super::{Failure, print_table};
+use crate::config::Config;
 use crate::db::Db;
 use crate::registry::Registry;
 
@@ -34,10 +35,20 @@ pub(super) fn eval(args: &EvalArgs) -> Result<(), Failure> {
     let started = std::time::Instant::now();
     let index = crate::search::SearchIndex::new(&registry);
     let index_ms = started.elapsed().as_secs_f64() * 1e3;
-    // Every domain active, unless a settings table is named.
-    let snapshot = match &args.serve.database {
+    // Every domain active, unless a settings table is named (by flag, environment or config
+    // file); a named database must exist, not be created empty.
+    let named = args.serve.database.is_some() || config.database != Config::default().database;
+    let snapshot = match named.then_some(&config.database) {
         None => crate::router::Snapshot::every_key_set(&registry),
         Some(url) => {
+            if let Some(file) = crate::db::database_file(url)?
+                && !file.exists()
+            {
+                return Err(Failure::config(format!(
+                    "the database {} does not exist",
+                    file.display()
+                )));
+            }
             let runtime = tokio::runtime::Handle::current();
             let rows = tokio::task::block_in_place(|| {
                 runtime.block_on(async {

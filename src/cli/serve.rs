@@ -273,6 +273,15 @@ pub(super) async fn serve(args: &ServeArgs) -> Result<(), Failure> {
         out!("{}", config.to_toml());
         return Ok(());
     }
+    // TLS files that cannot be read or do not make a server identity are bad configuration,
+    // found before anything starts.
+    if let Some(tls) = crate::server::tls(&config)? {
+        tonic::transport::Server::builder().tls_config(tls).map_err(|e| {
+            Failure::config(format!(
+                "--tls-cert and --tls-key do not make a server identity: {e}"
+            ))
+        })?;
+    }
     init_tracing(config.log_format);
     crate::server::keep_freed_buffers();
     // The token counter's tables take about 70 ms to build: build them while the manifests

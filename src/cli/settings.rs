@@ -56,11 +56,28 @@ pub(super) async fn settings(
 ) -> Result<(), Failure> {
     let addr = &conn.addr;
     let writes = !matches!(action, SettingsAction::List);
-    // Which database the daemon at --addr uses, when one answers.
+    // Which database the daemon at --addr uses, when one answers. A daemon that answers but
+    // will not say (it wants a token, or speaks TLS) is not "no daemon": without --database
+    // this could write a database it does not use.
     let daemon = match conn.client().await {
-        Ok(mut c) => call(conn, c.describe_server(proto::DescribeServerRequest {}))
-            .await
-            .ok(),
+        Ok(mut c) => {
+            match tokio::time::timeout(conn.timeout(), c.describe_server(proto::DescribeServerRequest {}))
+                .await
+            {
+                // Silent: as good as none.
+                Err(_) => None,
+                Ok(Ok(r)) => Some(r.into_inner()),
+                Ok(Err(s)) if s.code() == tonic::Code::Unavailable || opts.database.is_some() => None,
+                Ok(Err(s)) => {
+                    return Err(Failure::config(format!(
+                        "the daemon at {addr} did not say which database it uses ({:?}: {}): pass \
+                     --auth-token (or --tls-ca) so it can, or --database to name the database",
+                        s.code(),
+                        s.message()
+                    )));
+                }
+            }
+        }
         Err(_) => None,
     };
     let daemon_postgres = daemon

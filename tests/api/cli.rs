@@ -212,6 +212,39 @@ async fn eval_reports_each_split_and_ends_with_one_json_line() {
 }
 
 #[tokio::test]
+async fn eval_reads_the_settings_database_a_config_file_names_and_never_creates_one() {
+    let dir = temp_dir();
+    let (folder, queries) = eval_fixture(dir.path());
+    let missing = dir.path().join("typo.db");
+    let config = dir.path().join("eval.toml");
+    std::fs::write(
+        &config,
+        format!("database = {:?}\n", format!("sqlite://{}", missing.display())),
+    )
+    .unwrap();
+    let base = [
+        "eval",
+        "--manifests",
+        folder.to_str().unwrap(),
+        "--queries",
+        queries.to_str().unwrap(),
+    ];
+    let by_file = [&base[..], &["--config", config.to_str().unwrap()]].concat();
+    let url = format!("sqlite://{}", missing.display());
+    let by_flag = [&base[..], &["--database", url.as_str()]].concat();
+    for args in [by_file, by_flag] {
+        let out = run(dir.path(), &args).await;
+        assert_eq!(out.status.code(), Some(2), "{}", shown(&out));
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("does not exist"),
+            "{}",
+            shown(&out)
+        );
+        assert!(!missing.exists(), "{args:?} created the database");
+    }
+}
+
+#[tokio::test]
 async fn eval_names_a_bad_labelled_line() {
     let dir = temp_dir();
     let (folder, _) = eval_fixture(dir.path());

@@ -301,6 +301,33 @@ async fn settings_writes_the_daemons_database_and_refuses_another_one() {
 }
 
 #[tokio::test]
+async fn settings_refuses_to_guess_when_the_daemon_will_not_say_its_database() {
+    let app = TestApp::builder()
+        .config(|c| c.auth_token = Some("s3cret".into()))
+        .spawn()
+        .await;
+    let addr = app.addr.to_string();
+    let elsewhere = temp_dir();
+    // No token: the daemon answers UNAUTHENTICATED, which is not "no daemon".
+    let out = run(
+        elsewhere.path(),
+        &["settings", "--addr", &addr, "--create", "set", "k", "v"],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(2), "{}", shown(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("did not say which database") && stderr.contains("--auth-token"),
+        "{stderr}"
+    );
+    assert!(
+        !elsewhere.path().join("toolrouter.db").exists(),
+        "no stray database"
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
 async fn settings_refuses_a_database_that_does_not_exist_unless_create() {
     let dir = temp_dir();
     let missing = dir.path().join("nonexist").join("x.db");

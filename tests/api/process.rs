@@ -260,6 +260,55 @@ async fn a_non_loopback_address_without_a_token_is_refused_with_what_to_do() {
 }
 
 #[tokio::test]
+async fn bad_database_urls_and_tls_files_are_bad_configuration_exit_2() {
+    let dir = temp_dir();
+    let missing = dir.path().join("missing.pem");
+    let missing = missing.to_str().unwrap();
+    let garbage = dir.path().join("garbage.pem");
+    std::fs::write(&garbage, "not a certificate").unwrap();
+    let garbage = garbage.to_str().unwrap();
+    let cases: [(&[&str], &str); 4] = [
+        (
+            &["--database", "mysql://x/y"],
+            "neither sqlite://FILE nor postgres://",
+        ),
+        (&["--database", ""], "neither sqlite://FILE nor postgres://"),
+        (
+            &[
+                "--database",
+                "sqlite::memory:",
+                "--tls-cert",
+                missing,
+                "--tls-key",
+                missing,
+            ],
+            "cannot read TLS file",
+        ),
+        (
+            &[
+                "--database",
+                "sqlite::memory:",
+                "--tls-cert",
+                garbage,
+                "--tls-key",
+                garbage,
+            ],
+            "do not make a server identity",
+        ),
+    ];
+    for (extra, want) in cases {
+        let args = [&["serve", "--listen", "127.0.0.1:0"][..], extra].concat();
+        let out = run(dir.path(), &args).await;
+        assert_eq!(out.status.code(), Some(2), "{extra:?}: {}", shown(&out));
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains(want),
+            "{extra:?}: {}",
+            shown(&out)
+        );
+    }
+}
+
+#[tokio::test]
 async fn each_call_is_logged_once_without_its_text_and_counted_in_the_metrics() {
     let dir = temp_dir();
     set_settings(dir.path(), &[("qbittorrent_url", "http://nas:8080")]).await;
