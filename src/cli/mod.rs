@@ -222,7 +222,7 @@ pub enum Command {
         /// Print `list` as JSON.
         #[arg(long, global = true)]
         json: bool,
-        /// How long to wait for the daemon, e.g. `3s` [default: 3s].
+        /// How long to wait for the daemon, e.g. `3s` [default: 10s].
         #[arg(long, global = true, env = "TOOLROUTER_TIMEOUT", value_parser = humantime::parse_duration)]
         timeout: Option<Duration>,
         /// The daemon to notify.
@@ -338,7 +338,7 @@ pub async fn run(cli: Cli) -> ExitCode {
                 addr,
                 auth_token,
                 tls_ca,
-                timeout: Some(timeout.unwrap_or(settings::NOTIFY_TIMEOUT)),
+                timeout,
             };
             let opts = settings::SettingsOptions {
                 database,

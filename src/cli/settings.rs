@@ -1,8 +1,6 @@
 //! `settings`: edit the settings table as a settings UI would, then ask the running daemon
 //! to re-read it (best effort). Guards against editing a database the daemon does not use.
 
-use std::time::Duration;
-
 use clap::Subcommand;
 use serde_json::{Value, json};
 
@@ -31,9 +29,6 @@ pub enum SettingsAction {
     List,
 }
 
-/// How long `settings` waits for the daemon (to ask its database, then to invalidate).
-pub(super) const NOTIFY_TIMEOUT: Duration = Duration::from_secs(3);
-
 /// `settings` options besides the action.
 pub(super) struct SettingsOptions {
     /// `--database`, when given (flag or environment).
@@ -42,7 +37,7 @@ pub(super) struct SettingsOptions {
     pub(super) force: bool,
     /// `--create`: create a database file that does not exist.
     pub(super) create: bool,
-    /// `--json`: print `list` as JSON.
+    /// `--json`: print the outcome as JSON.
     pub(super) json: bool,
 }
 
@@ -142,14 +137,21 @@ pub(super) async fn settings(
         )));
     }
     let db = Db::connect(&database).await?;
-    match action {
+    // What was done, for --json: the action, the key and (unset) whether it was set.
+    let mut done = match action {
         SettingsAction::Set { key, value } => {
             db.set_setting(&key, &value).await?;
-            out!("set {key}");
+            if !opts.json {
+                out!("set {key}");
+            }
+            json!({ "action": "set", "key": key })
         }
         SettingsAction::Unset { key } => {
             let existed = db.unset_setting(&key).await?;
-            out!("{} {key}", if existed { "unset" } else { "was not set:" });
+            if !opts.json {
+                out!("{} {key}", if existed { "unset" } else { "was not set:" });
+            }
+            json!({ "action": "unset", "key": key, "wasSet": existed })
         }
         SettingsAction::List => {
             let mut rows = db.read_settings().await?;
@@ -165,22 +167,34 @@ pub(super) async fn settings(
             }
             return Ok(());
         }
-    }
+    };
     db.close().await;
     // Best effort: the change is in the table either way and shows within one TTL.
     let notified = match conn.client().await {
         Ok(mut c) => call(conn, c.invalidate_settings(proto::InvalidateSettingsRequest {})).await,
         Err(e) => Err(e.into()),
     };
+    let note = |f: &Failure| {
+        format!(
+            "{} (the daemon will see the change within its settings TTL)",
+            f.message
+        )
+    };
+    if opts.json {
+        // The daemon's answer in its canonical JSON mapping, or why there is none.
+        match &notified {
+            Ok(r) => done["invalidated"] = serde_json::to_value(r).unwrap_or_default(),
+            Err(f) => done["note"] = Value::String(note(f)),
+        }
+        print_json(&done);
+        return Ok(());
+    }
     match notified {
         Ok(r) => out!(
             "daemon at {addr} re-read settings; active domains: {}",
             r.active_domains.join(", ")
         ),
-        Err(f) => out!(
-            "note: {} (the daemon will see the change within its settings TTL)",
-            f.message
-        ),
+        Err(f) => out!("note: {}", note(&f)),
     }
     Ok(())
 }

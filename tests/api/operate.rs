@@ -297,6 +297,20 @@ async fn settings_writes_the_daemons_database_and_refuses_another_one() {
     let out = run(elsewhere.path(), &["settings", "--addr", &addr, "list", "--json"]).await;
     assert_eq!(out.status.code(), Some(0), "{}", shown(&out));
     assert_eq!(json_of(&out)["settings"]["qbittorrent_url"], "http://nas:8080");
+    // `set`/`unset --json` say what was done and the daemon's answer.
+    let out = run(
+        elsewhere.path(),
+        &["settings", "--addr", &addr, "unset", "qbittorrent_url", "--json"],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", shown(&out));
+    let v = json_of(&out);
+    assert_eq!(
+        (&v["action"], &v["key"], &v["wasSet"]),
+        (&"unset".into(), &"qbittorrent_url".into(), &true.into()),
+        "{v}"
+    );
+    assert!(v["invalidated"].is_object() && v.get("note").is_none(), "{v}");
     app.stop().await;
 }
 
