@@ -103,10 +103,18 @@ impl Connection {
             // daemon that accepts and never answers cannot hang the caller.
             .timeout(timeout)
             .tcp_nodelay(true);
-        if let Some(ca) = &self.tls_ca {
-            let pem = std::fs::read(ca)
-                .map_err(|e| Error::Config(format!("cannot read --tls-ca {}: {e}", ca.display())))?;
-            let tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(pem));
+        // TLS for an `https://` address: the CA `--tls-ca` names, else the public web PKI's
+        // roots (a certificate from a public CA needs no `--tls-ca`).
+        let tls = match &self.tls_ca {
+            Some(ca) => {
+                let pem = std::fs::read(ca)
+                    .map_err(|e| Error::Config(format!("cannot read --tls-ca {}: {e}", ca.display())))?;
+                Some(ClientTlsConfig::new().ca_certificate(Certificate::from_pem(pem)))
+            }
+            None if self.url().starts_with("https://") => Some(ClientTlsConfig::new().with_webpki_roots()),
+            None => None,
+        };
+        if let Some(tls) = tls {
             endpoint = endpoint
                 .tls_config(tls)
                 .map_err(|e| Error::Config(format!("TLS: {}", root_cause(&e))))?;

@@ -92,6 +92,10 @@ async fn with_tls_clients_that_trust_the_ca_are_served_and_plaintext_is_not() {
             .is_err(),
         "plaintext gRPC is not served on a TLS port"
     );
+    // `https://` without `--tls-ca` trusts the public web PKI, which did not sign this CA.
+    let public = plain_connection(&format!("https://localhost:{}", app.addr.port()));
+    let err = public.channel().await.unwrap_err().to_string();
+    assert!(err.contains("certificate"), "{err}");
     app.stop().await;
 }
 
