@@ -329,6 +329,82 @@ impl AsyncWrite for Conn {
     }
 }
 
+/// The health service, whose `Watch` streams end when the drain starts, after telling the
+/// watcher `NOT_SERVING`: an open watch would otherwise hold the shutdown to the drain
+/// timeout, as a call in flight does.
+struct DrainingHealth {
+    inner: tonic_health::server::HealthService,
+    draining: watch::Receiver<bool>,
+}
+
+/// Resolves once the drain has started (or its sender is gone).
+async fn drain_started(mut draining: watch::Receiver<bool>) {
+    while !*draining.borrow_and_update() {
+        if draining.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+type HealthStream = Pin<
+    Box<
+        dyn tokio_stream::Stream<
+                Item = std::result::Result<tonic_health::pb::HealthCheckResponse, tonic::Status>,
+            > + Send,
+    >,
+>;
+
+#[tonic::async_trait]
+impl tonic_health::pb::health_server::Health for DrainingHealth {
+    async fn check(
+        &self,
+        request: tonic::Request<tonic_health::pb::HealthCheckRequest>,
+    ) -> std::result::Result<tonic::Response<tonic_health::pb::HealthCheckResponse>, tonic::Status> {
+        self.inner.check(request).await
+    }
+
+    type WatchStream = HealthStream;
+
+    async fn watch(
+        &self,
+        request: tonic::Request<tonic_health::pb::HealthCheckRequest>,
+    ) -> std::result::Result<tonic::Response<HealthStream>, tonic::Status> {
+        use tokio_stream::StreamExt as _;
+        use tonic_health::pb::health_check_response::ServingStatus;
+        let mut statuses = self.inner.watch(request).await?.into_inner();
+        let not_serving = ServingStatus::NotServing as i32;
+        let draining = drain_started(self.draining.clone());
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        tokio::spawn(async move {
+            tokio::pin!(draining);
+            let mut last = None;
+            loop {
+                tokio::select! {
+                    // A status already waiting goes first, so NOT_SERVING is not skipped.
+                    biased;
+                    item = statuses.next() => {
+                        let Some(item) = item else { return };
+                        last = item.as_ref().ok().map(|r| r.status).or(last);
+                        if tx.send(item).await.is_err() {
+                            return;
+                        }
+                    }
+                    () = &mut draining => {
+                        if last != Some(not_serving) {
+                            let end = tonic_health::pb::HealthCheckResponse { status: not_serving };
+                            let _ = tx.send(Ok(end)).await;
+                        }
+                        return;
+                    }
+                    () = tx.closed() => return,
+                }
+            }
+        });
+        let stream = tokio_stream::wrappers::ReceiverStream::new(rx);
+        Ok(tonic::Response::new(Box::pin(stream)))
+    }
+}
+
 /// The TLS configuration for `config`, if it names a certificate and key.
 ///
 /// # Errors
@@ -357,7 +433,12 @@ pub async fn serve(
     config: &Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    let (reporter, health) = tonic_health::server::health_reporter();
+    let (drain_tx, drain_rx) = watch::channel(false);
+    let reporter = tonic_health::server::HealthReporter::new();
+    let health = tonic_health::pb::health_server::HealthServer::new(DrainingHealth {
+        inner: tonic_health::server::HealthService::from_health_reporter(reporter.clone()),
+        draining: drain_rx.clone(),
+    });
     let reflection_v1 = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(crate::proto::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
@@ -427,7 +508,6 @@ pub async fn serve(
     // refuses new calls; the drain clock starts at the same moment. The server itself (which
     // closes every connection, health callers' too) stops when the calls in flight are done.
     let (draining, drain_started) = tokio::sync::oneshot::channel::<()>();
-    let (drain_tx, drain_rx) = watch::channel(false);
     let drain_guard = guard.clone();
     let drain_state = state.clone();
     let shutdown = async move {

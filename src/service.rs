@@ -316,7 +316,7 @@ impl ToolRouter for ToolRouterService {
             tools: Some(parts.tool_count),
             domains: Some(Arc::clone(&parts.domains)),
             fallback: Some(decision.fallback),
-            group: None,
+            groups: Vec::new(),
             tokens: Some((parts.tokens, counted(format).as_str())),
         };
         let message = proto::RouteResponse {
@@ -384,7 +384,7 @@ impl ToolRouter for ToolRouterService {
         response.extensions_mut().insert(CallSummary {
             conversation: Some(conversation_hash(id)),
             tools: Some(scope.activation.visible_count(&view.registry, load.domain)),
-            group: Some(d.name.clone()),
+            groups: vec![d.name.clone()],
             tokens: Some((tokens, counted(format).as_str())),
             ..CallSummary::default()
         });
@@ -538,16 +538,21 @@ impl ToolRouter for ToolRouterService {
             }
         };
         let loaded_groups = domain_names(&view.registry, found.loaded.iter().copied());
-        if !loaded_groups.is_empty() {
-            tracing::info!(groups = ?loaded_groups, "groups loaded by search");
-        }
-        Ok(Response::new(proto::SearchToolsResponse {
+        // The call log and the metrics see the loads, as for `LoadToolGroup`.
+        let summary = CallSummary {
+            conversation: conv.map(|c| conversation_hash(c.as_str())),
+            groups: loaded_groups.clone(),
+            ..CallSummary::default()
+        };
+        let mut response = Response::new(proto::SearchToolsResponse {
             text: search_text(scope, query, &hits, &loaded_groups),
             hits,
             loaded_groups,
             tools_json,
             registry_version: view.registry.version(),
-        }))
+        });
+        response.extensions_mut().insert(summary);
+        Ok(response)
     }
 
     async fn reload_registry(
@@ -595,7 +600,9 @@ impl ToolRouter for ToolRouterService {
             .state
             .check_call(name, conv.map(ConversationId::as_str), profile)
             .await?;
-        let mut response = Response::new(call_check(&check, name, profile.map(|_| req.profile.as_str())));
+        // The profile by its name, also when the request named none and the token's applies.
+        let profile_name = profile.map(|p| self.state.profile_name(p));
+        let mut response = Response::new(call_check(&check, name, profile_name));
         response.extensions_mut().insert(CallSummary {
             conversation: conv.map(|c| conversation_hash(c.as_str())),
             ..CallSummary::default()

@@ -706,6 +706,11 @@ impl State {
             })
     }
 
+    /// A profile's name.
+    pub fn profile_name(&self, id: ProfileId) -> &str {
+        &self.inner.profiles.get(id).name
+    }
+
     /// Routes one message (SPEC §4) for a consumer, recording new keyword and search hits in
     /// the conversation before answering, unless `dry_run`, then fits the answer to the
     /// budget (SPEC §9).

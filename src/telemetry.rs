@@ -44,8 +44,8 @@ pub(crate) struct CallSummary {
     pub domains: Option<Arc<RoutedDomains>>,
     /// `Route`: whether the answer was the fallback.
     pub fallback: Option<bool>,
-    /// `LoadToolGroup`: the group loaded.
-    pub group: Option<String>,
+    /// `LoadToolGroup`: the group loaded; `SearchTools` with `load`: the groups it loaded.
+    pub groups: Vec<String>,
     /// `Route`, `LoadToolGroup`: the tokens of the tools sent, and the format they were
     /// counted in (the requested one; OpenAI chat for native answers).
     pub tokens: Option<(u32, &'static str)>,
@@ -209,7 +209,7 @@ impl Metrics {
         let loads = reg!(IntCounterVec::new(
             Opts::new(
                 "toolrouter_group_loads_total",
-                "Successful LoadToolGroup calls, by group."
+                "Groups loaded into conversations (LoadToolGroup, and SearchTools with load), by group."
             ),
             &["group"]
         ));
@@ -282,7 +282,7 @@ impl Metrics {
         if s.fallback == Some(true) {
             m.route_fallbacks.inc();
         }
-        if let Some(group) = &s.group {
+        for group in &s.groups {
             m.loads.with_label_values(&[group.as_str()]).inc();
         }
     }
@@ -469,7 +469,7 @@ where
                     let code_name = code_name(code);
                     let summary = response.extensions().get::<CallSummary>();
                     if let Some(m) = &metrics {
-                        m.observe(&method, code_name, elapsed.as_secs_f64(), summary);
+                        m.observe(method_label(&path), code_name, elapsed.as_secs_f64(), summary);
                     }
                     if let Some(status) = status.filter(|s| s.code() != tonic::Code::Ok) {
                         tracing::warn!(
@@ -496,14 +496,19 @@ where
                             tokens = s.tokens.map_or(0, |(t, _)| t),
                             domains = %domains,
                             fallback = s.fallback.unwrap_or(false),
-                            group = s.group.as_deref().unwrap_or(""),
+                            group = %s.groups.join(","),
                             "call"
                         );
                     }
                 }
                 Err(e) => {
                     if let Some(m) = &metrics {
-                        m.observe(&method, "TRANSPORT_ERROR", elapsed.as_secs_f64(), None);
+                        m.observe(
+                            method_label(&path),
+                            "TRANSPORT_ERROR",
+                            elapsed.as_secs_f64(),
+                            None,
+                        );
                     }
                     tracing::warn!(method = %method, latency_ms, cause = %e, "call failed in transport");
                 }
@@ -513,10 +518,45 @@ where
     }
 }
 
+/// The `ToolRouter` RPCs, as the `method` label names them.
+const METHODS: &[&str] = &[
+    "Route",
+    "LoadToolGroup",
+    "ListGroups",
+    "ListAllTools",
+    "InvalidateSettings",
+    "ResetConversation",
+    "ReloadRegistry",
+    "SearchTools",
+    "DescribeServer",
+    "CheckToolCall",
+    "WatchRegistry",
+    "UpsertDomain",
+    "DeleteDomain",
+];
+
+/// The other services' calls, labelled by their full path.
+const OTHER_METHODS: &[&str] = &[
+    "/grpc.health.v1.Health/Check",
+    "/grpc.health.v1.Health/Watch",
+    "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+    "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+];
+
+/// A call's `method` label: the RPC's name (other services' by path), or `unknown` for a path
+/// the daemon does not serve, so a caller cannot add metric series at will.
+fn method_label(path: &str) -> &str {
+    match path.strip_prefix("/toolrouter.v1.ToolRouter/") {
+        Some(m) if METHODS.contains(&m) => m,
+        None if OTHER_METHODS.contains(&path) => path,
+        _ => "unknown",
+    }
+}
+
 /// Fields logged as JSON text (`domains`, a list). The text log format shows that text
 /// (`domains=["system:core","docker:keyword"]`); [`JsonLogFormat`] embeds it as a JSON value,
 /// so a list field is a real JSON array, not a string.
-pub(crate) const JSON_VALUED_FIELDS: &[&str] = &["domains"];
+pub(crate) const JSON_VALUED_FIELDS: &[&str] = &["domains", "manifests"];
 
 /// The `--log-format json` event format: tracing-subscriber's JSON format (`F`), with the
 /// fields in [`JSON_VALUED_FIELDS`] embedded as JSON values instead of strings. Events
@@ -728,6 +768,34 @@ pub(crate) fn code_name(code: tonic::Code) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn method_labels_are_the_served_calls_and_unknown_for_anything_else() {
+        // Every RPC of the proto has its label, and no other.
+        let proto = include_str!("../proto/toolrouter/v1/router.proto");
+        let rpcs: Vec<&str> = proto
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("rpc "))
+            .filter_map(|l| l.split(['(', ' ']).next())
+            .collect();
+        assert_eq!(rpcs, METHODS);
+        for m in METHODS {
+            assert_eq!(method_label(&format!("/toolrouter.v1.ToolRouter/{m}")), *m);
+        }
+        assert_eq!(
+            method_label("/grpc.health.v1.Health/Check"),
+            "/grpc.health.v1.Health/Check"
+        );
+        for path in [
+            "/toolrouter.v1.ToolRouter/Bogus",
+            "/x.y/Z",
+            "/",
+            "",
+            "/toolrouter.v1.ToolRouter/",
+        ] {
+            assert_eq!(method_label(path), "unknown", "{path}");
+        }
+    }
 
     #[test]
     fn a_conversation_hash_is_short_stable_and_not_the_id() {

@@ -291,7 +291,8 @@ pub(super) async fn serve(args: &ServeArgs) -> Result<(), Failure> {
     tracing::info!(
         listen = %config.listen,
         database = %crate::db::redact_url(&config.database),
-        manifests = ?config.manifests,
+        // JSON text, which the JSON log format embeds as a real array.
+        manifests = %serde_json::to_string(&config.manifests).unwrap_or_default(),
         settings_ttl = ?config.settings_ttl,
         fallback = ?config.fallback,
         keyword_match = ?config.keyword_match,

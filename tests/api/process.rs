@@ -336,6 +336,18 @@ async fn each_call_is_logged_once_without_its_text_and_counted_in_the_metrics() 
         .unwrap();
     let load_tokens = f64::from(load.into_inner().tokens);
     assert!(route_tokens > 0.0 && load_tokens > 0.0);
+    // A search that loads counts its loads and logs its conversation like a load.
+    let searched = c
+        .search_tools(toolrouter::proto::SearchToolsRequest {
+            query: "pause my torrents".into(),
+            conversation_id: "user-7-private".into(),
+            load: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(searched.loaded_groups, ["qbittorrent"]);
 
     let after = scrape(&metrics);
     let checks = [
@@ -370,12 +382,12 @@ async fn each_call_is_logged_once_without_its_text_and_counted_in_the_metrics() 
             r#"toolrouter_tokens_sent_total{format="openai_chat",method="LoadToolGroup"}"#,
             load_tokens,
         ),
-        (r#"toolrouter_group_loads_total{group="qbittorrent"}"#, 1.0),
+        (r#"toolrouter_group_loads_total{group="qbittorrent"}"#, 2.0),
         (
             r#"toolrouter_request_duration_seconds_count{method="Route"}"#,
             4.0,
         ),
-        (r#"toolrouter_conversations_cached"#, 1.0),
+        (r#"toolrouter_conversations_cached"#, 2.0),
         (r#"toolrouter_registry_domains"#, 14.0),
     ];
     for (series, want) in checks {
@@ -437,7 +449,27 @@ async fn each_call_is_logged_once_without_its_text_and_counted_in_the_metrics() 
             .contains("max_message_bytes"),
         "{log}"
     );
-    for secret in ["torrents seeding", "user-42-private", "hello there", "\u{1b}["] {
+    let search = call_lines(&lines, "SearchTools");
+    assert_eq!(search.len(), 1, "{log}");
+    assert_eq!(
+        search[0]["fields"]["conversation"],
+        conversation_hash("user-7-private")
+    );
+    assert_eq!(search[0]["fields"]["group"], "qbittorrent", "{log}");
+    // The start line's folder list is a real array too.
+    let start = lines
+        .iter()
+        .find(|v| v["fields"]["message"] == "starting")
+        .expect("a start line");
+    assert!(start["fields"]["manifests"].is_array(), "{start}");
+    for secret in [
+        "torrents seeding",
+        "user-42-private",
+        "user-7-private",
+        "pause my",
+        "hello there",
+        "\u{1b}[",
+    ] {
         assert!(!log.contains(secret), "the log carries {secret:?}:\n{log}");
     }
 }
@@ -546,6 +578,46 @@ async fn sigterm_closes_idle_connections_at_once_instead_of_waiting_the_drain_ti
     assert_eq!(status.code(), Some(0), "{}", daemon.log());
     assert!(start.elapsed() < Duration::from_secs(5));
     drop((silent, idle));
+}
+
+#[tokio::test]
+async fn an_open_health_watch_ends_with_not_serving_and_does_not_hold_the_shutdown() {
+    use tokio_stream::StreamExt as _;
+    use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
+    let dir = temp_dir();
+    let mut daemon = Daemon::start(dir.path(), &["--drain-timeout", "30s"]);
+    let mut watcher = HealthClient::new(daemon.connection().channel().await.unwrap());
+    let mut statuses = watcher
+        .watch(HealthCheckRequest {
+            service: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let first = statuses.next().await.unwrap().unwrap();
+    assert_eq!(first.status(), ServingStatus::Serving);
+    let start = Instant::now();
+    daemon.signal("TERM");
+    // The watcher hears NOT_SERVING, then its stream ends.
+    let mut seen = Vec::new();
+    while let Ok(Some(item)) = tokio::time::timeout(Duration::from_secs(5), statuses.next()).await {
+        match item {
+            Ok(r) => seen.push(r.status()),
+            Err(_) => break,
+        }
+    }
+    assert_eq!(seen.last(), Some(&ServingStatus::NotServing), "{seen:?}");
+    let status = daemon
+        .exit(Duration::from_secs(5))
+        .await
+        .unwrap_or_else(|| panic!("still running 5 s after SIGTERM:\n{}", daemon.log()));
+    assert_eq!(status.code(), Some(0), "{}", daemon.log());
+    assert!(start.elapsed() < Duration::from_secs(5));
+    assert!(
+        !daemon.log().contains("drain timeout reached"),
+        "{}",
+        daemon.log()
+    );
 }
 
 /// `(soft, hard)` open-files limits of a running process.

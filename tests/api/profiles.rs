@@ -314,6 +314,17 @@ async fn a_token_bound_to_a_profile_uses_it_and_cannot_name_another() {
         .unwrap()
         .into_inner();
     assert_eq!(tools(named), MEDIA_READ_TOOLS, "naming its own profile is fine");
+    // A refusal names the token's profile even when the request named none.
+    let refused = media
+        .check_tool_call(toolrouter::proto::CheckToolCallRequest {
+            tool_name: "docker_list_containers".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!refused.allowed);
+    assert!(refused.text.contains("profile 'mcp-media'"), "{}", refused.text);
     let err = media.route(route_as("hi", "", "ops")).await.unwrap_err();
     assert_eq!(err.code(), Code::PermissionDenied);
     assert_eq!(
