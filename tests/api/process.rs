@@ -560,6 +560,16 @@ async fn while_draining_health_on_open_connections_answers_not_serving_and_new_c
     assert_eq!(status.code(), Some(0), "{}", daemon.log());
 }
 
+/// Waits for `daemon`, signalled at `start`, to exit 0 within 5 s of it.
+async fn exits_cleanly_within_5_s(daemon: &mut Daemon, start: Instant) {
+    let status = daemon
+        .exit(Duration::from_secs(5))
+        .await
+        .unwrap_or_else(|| panic!("still running 5 s after SIGTERM:\n{}", daemon.log()));
+    assert_eq!(status.code(), Some(0), "{}", daemon.log());
+    assert!(start.elapsed() < Duration::from_secs(5));
+}
+
 #[tokio::test]
 async fn sigterm_closes_idle_connections_at_once_instead_of_waiting_the_drain_timeout() {
     let dir = temp_dir();
@@ -571,12 +581,7 @@ async fn sigterm_closes_idle_connections_at_once_instead_of_waiting_the_drain_ti
     tokio::time::sleep(Duration::from_millis(200)).await;
     let start = Instant::now();
     daemon.signal("TERM");
-    let status = daemon
-        .exit(Duration::from_secs(5))
-        .await
-        .unwrap_or_else(|| panic!("still running 5 s after SIGTERM:\n{}", daemon.log()));
-    assert_eq!(status.code(), Some(0), "{}", daemon.log());
-    assert!(start.elapsed() < Duration::from_secs(5));
+    exits_cleanly_within_5_s(&mut daemon, start).await;
     drop((silent, idle));
 }
 
@@ -607,12 +612,7 @@ async fn an_open_health_watch_ends_with_not_serving_and_does_not_hold_the_shutdo
         }
     }
     assert_eq!(seen.last(), Some(&ServingStatus::NotServing), "{seen:?}");
-    let status = daemon
-        .exit(Duration::from_secs(5))
-        .await
-        .unwrap_or_else(|| panic!("still running 5 s after SIGTERM:\n{}", daemon.log()));
-    assert_eq!(status.code(), Some(0), "{}", daemon.log());
-    assert!(start.elapsed() < Duration::from_secs(5));
+    exits_cleanly_within_5_s(&mut daemon, start).await;
     assert!(
         !daemon.log().contains("drain timeout reached"),
         "{}",
