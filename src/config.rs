@@ -408,9 +408,7 @@ impl Config {
         toml::from_str(&text).map_err(|e| {
             // Where in the file, as line:column, so a wrong value's key is found at once.
             let at = e.span().map_or_else(String::new, |span| {
-                let before = &text[..span.start.min(text.len())];
-                let line = before.matches('\n').count() + 1;
-                let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+                let (line, column) = crate::registry::manifest::line_col(&text, span.start);
                 format!(":{line}:{column}")
             });
             Error::Config(format!(

@@ -10,7 +10,8 @@ mod schema;
 mod text;
 
 use schema::{default_schema, undefined_required};
-use text::{DUPLICATE_KEY, Strict, json_position, line_col};
+pub(crate) use text::line_col;
+use text::{DUPLICATE_KEY, Strict, json_position};
 
 use super::{Domain, Tier, Tool};
 use crate::error::ManifestError;

@@ -88,7 +88,7 @@ pub(super) fn json_position(text: &str, line: usize, column: usize) -> (usize, u
 }
 
 /// 1-based line and column (in characters) of a byte offset.
-pub(super) fn line_col(text: &str, offset: usize) -> (usize, usize) {
+pub(crate) fn line_col(text: &str, offset: usize) -> (usize, usize) {
     let before = &text[..offset.min(text.len())];
     let line = before.matches('\n').count() + 1;
     let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
