@@ -422,15 +422,17 @@ pub fn tls(config: &Config) -> Result<Option<ServerTlsConfig>> {
 }
 
 /// Serves until `shutdown` resolves, then drains in-flight calls (for at most the drain
-/// timeout) and closes the database.
+/// timeout) and closes the database. `tls` is [`tls`]'s answer for `config`, read once by
+/// the caller, which checks it before anything starts.
 ///
 /// # Errors
-/// Unreadable or invalid TLS files, a transport failure, or a reflection descriptor that
-/// cannot be decoded.
+/// A TLS configuration that makes no server identity, a transport failure, or a reflection
+/// descriptor that cannot be decoded.
 pub async fn serve(
     listener: TcpListener,
     state: State,
     config: &Config,
+    tls: Option<ServerTlsConfig>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let (drain_tx, drain_rx) = watch::channel(false);
@@ -469,7 +471,7 @@ pub async fn serve(
     let mut builder = Server::builder()
         .http2_keepalive_interval(Some(HTTP2_KEEPALIVE.0))
         .http2_keepalive_timeout(Some(HTTP2_KEEPALIVE.1));
-    if let Some(tls) = tls(config)? {
+    if let Some(tls) = tls {
         builder = builder.tls_config(tls)?;
     }
     let bound: Vec<(&str, &str)> = config

@@ -41,31 +41,39 @@ impl ClientArgs {
 /// `health`'s timeout unless `--timeout` says: a probe answers at once or not at all.
 const HEALTH_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// Awaits one call within the connection's timeout. tonic's own deadline answers
-/// `CANCELLED`/`DEADLINE_EXCEEDED`; the outer timeout is the guarantee that a daemon that
-/// accepts and never answers cannot hang the command. Both read the same.
-pub(super) async fn call<T>(
+/// Awaits one call within the connection's timeout: `None` when no answer came in time.
+/// tonic's own deadline answers `CANCELLED`/`DEADLINE_EXCEEDED` (as does a daemon whose
+/// `grpc-timeout` ran out); the outer timeout is the guarantee that a daemon that accepts and
+/// never answers cannot hang the command. All three read as no answer.
+pub(super) async fn within<T>(
     conn: &Connection,
     fut: impl Future<Output = Result<tonic::Response<T>, tonic::Status>>,
-) -> Result<T, Failure> {
-    let timeout = conn.timeout();
-    let late = || {
-        Failure::runtime(format!(
-            "no answer from {} within {}",
-            conn.addr,
-            humantime::format_duration(timeout)
-        ))
-    };
-    match tokio::time::timeout(timeout, fut).await {
-        Ok(Ok(r)) => Ok(r.into_inner()),
+) -> Option<Result<T, tonic::Status>> {
+    match tokio::time::timeout(conn.timeout(), fut).await {
+        Ok(Ok(r)) => Some(Ok(r.into_inner())),
         Ok(Err(s))
             if s.code() == tonic::Code::DeadlineExceeded
                 || (s.code() == tonic::Code::Cancelled && s.message().contains("Timeout expired")) =>
         {
-            Err(late())
+            None
         }
-        Ok(Err(s)) => Err(s.into()),
-        Err(_) => Err(late()),
+        Ok(Err(s)) => Some(Err(s)),
+        Err(_) => None,
+    }
+}
+
+/// [`within`], with no answer as a failure naming the daemon and the timeout.
+pub(super) async fn call<T>(
+    conn: &Connection,
+    fut: impl Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+) -> Result<T, Failure> {
+    match within(conn, fut).await {
+        Some(answer) => answer.map_err(Failure::from),
+        None => Err(Failure::runtime(format!(
+            "no answer from {} within {}",
+            conn.addr,
+            humantime::format_duration(conn.timeout())
+        ))),
     }
 }
 

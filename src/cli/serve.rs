@@ -275,12 +275,15 @@ pub(super) async fn serve(args: &ServeArgs) -> Result<(), Failure> {
     }
     // TLS files that cannot be read or do not make a server identity are bad configuration,
     // found before anything starts.
-    if let Some(tls) = crate::server::tls(&config)? {
-        tonic::transport::Server::builder().tls_config(tls).map_err(|e| {
-            Failure::config(format!(
-                "--tls-cert and --tls-key do not make a server identity: {e}"
-            ))
-        })?;
+    let tls = crate::server::tls(&config)?;
+    if let Some(tls) = &tls {
+        tonic::transport::Server::builder()
+            .tls_config(tls.clone())
+            .map_err(|e| {
+                Failure::config(format!(
+                    "--tls-cert and --tls-key do not make a server identity: {e}"
+                ))
+            })?;
     }
     init_tracing(config.log_format);
     crate::server::keep_freed_buffers();
@@ -314,7 +317,7 @@ pub(super) async fn serve(args: &ServeArgs) -> Result<(), Failure> {
     let state = State::new(registry, &config).await?;
     #[cfg(unix)]
     tokio::spawn(reload_on_sighup(state.clone()));
-    crate::server::serve(listener, state, &config, shutdown_signal())
+    crate::server::serve(listener, state, &config, tls, shutdown_signal())
         .await
         .map_err(|e| Failure::runtime(format!("server failed: {e}")))
 }

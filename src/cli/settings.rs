@@ -4,7 +4,7 @@
 use clap::Subcommand;
 use serde_json::{Value, json};
 
-use super::client::call;
+use super::client::{call, within};
 use super::connection::Connection;
 use super::{Failure, print_json, print_table};
 use crate::db::Db;
@@ -55,24 +55,20 @@ pub(super) async fn settings(
     // will not say (it wants a token, or speaks TLS) is not "no daemon": without --database
     // this could write a database it does not use.
     let daemon = match conn.client().await {
-        Ok(mut c) => {
-            match tokio::time::timeout(conn.timeout(), c.describe_server(proto::DescribeServerRequest {}))
-                .await
-            {
-                // Silent: as good as none.
-                Err(_) => None,
-                Ok(Ok(r)) => Some(r.into_inner()),
-                Ok(Err(s)) if s.code() == tonic::Code::Unavailable || opts.database.is_some() => None,
-                Ok(Err(s)) => {
-                    return Err(Failure::config(format!(
-                        "the daemon at {addr} did not say which database it uses ({:?}: {}): pass \
+        Ok(mut c) => match within(conn, c.describe_server(proto::DescribeServerRequest {})).await {
+            // Silent: as good as none.
+            None => None,
+            Some(Ok(r)) => Some(r),
+            Some(Err(s)) if s.code() == tonic::Code::Unavailable || opts.database.is_some() => None,
+            Some(Err(s)) => {
+                return Err(Failure::config(format!(
+                    "the daemon at {addr} did not say which database it uses ({:?}: {}): pass \
                      --auth-token (or --tls-ca) so it can, or --database to name the database",
-                        s.code(),
-                        s.message()
-                    )));
-                }
+                    s.code(),
+                    s.message()
+                )));
             }
-        }
+        },
         Err(_) => None,
     };
     let daemon_postgres = daemon

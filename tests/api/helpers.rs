@@ -675,8 +675,9 @@ impl TestAppBuilder {
             .expect("state");
         let (shutdown, rx) = oneshot::channel::<()>();
         let server_config = config.clone();
+        let tls = toolrouter::server::tls(&config).expect("TLS files");
         let server = tokio::spawn(async move {
-            toolrouter::server::serve(listener, state, &server_config, async {
+            toolrouter::server::serve(listener, state, &server_config, tls, async {
                 let _ = rx.await;
             })
             .await

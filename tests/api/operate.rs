@@ -341,6 +341,76 @@ async fn settings_refuses_to_guess_when_the_daemon_will_not_say_its_database() {
     app.stop().await;
 }
 
+/// A port that completes the HTTP/2 handshake (the daemon's SETTINGS, and an ACK of the
+/// client's) and then reads every call without ever answering one.
+fn http2_port_that_never_answers() -> String {
+    use std::io::{Read as _, Write as _};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut s) = stream else { continue };
+            std::thread::spawn(move || {
+                let mut preface = [0u8; 24];
+                if s.read_exact(&mut preface).is_err() || s.write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0]).is_err() {
+                    return;
+                }
+                let mut header = [0u8; 9];
+                while s.read_exact(&mut header).is_ok() {
+                    let len = u32::from_be_bytes([0, header[0], header[1], header[2]]) as usize;
+                    let mut payload = vec![0u8; len];
+                    if s.read_exact(&mut payload).is_err() {
+                        return;
+                    }
+                    // SETTINGS without the ACK flag: acknowledge it, as a server must.
+                    if header[3] == 4
+                        && header[4] & 1 == 0
+                        && s.write_all(&[0, 0, 0, 4, 1, 0, 0, 0, 0]).is_err()
+                    {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test]
+async fn settings_takes_a_daemon_that_never_answers_for_no_daemon() {
+    let dir = temp_dir();
+    let addr = http2_port_that_never_answers();
+    // Whichever deadline ends the DescribeServer call (the client's own, the channel's sent as
+    // grpc-timeout), a daemon that says nothing names no database: the default one is written.
+    let out = run(
+        dir.path(),
+        &[
+            "settings",
+            "--addr",
+            &addr,
+            "--timeout",
+            "1s",
+            "--create",
+            "set",
+            "k",
+            "v",
+        ],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", shown(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("set k"), "{stdout}");
+    // The re-read request meets the same silence: a note, not a failure.
+    assert!(
+        stdout.contains(&format!("no answer from {addr} within 1s")),
+        "{stdout}"
+    );
+    assert!(
+        dir.path().join("toolrouter.db").exists(),
+        "the default database is written"
+    );
+}
+
 #[tokio::test]
 async fn settings_refuses_a_database_that_does_not_exist_unless_create() {
     let dir = temp_dir();
