@@ -859,7 +859,8 @@ impl State {
 
     /// Where a call of `tool` stands for a consumer in a conversation (SPEC §10
     /// `CheckToolCall`): visible now when `Route` would answer it for the conversation's
-    /// state (a message that hits nothing, nothing recorded, the budget applied).
+    /// state (a message that hits nothing, nothing recorded, the budget applied). A
+    /// meta-tool that answer carries is allowed and visible; one it does not is unknown.
     ///
     /// # Errors
     /// None today (as [`State::route`]).
@@ -877,6 +878,20 @@ impl State {
         };
         let routed = self.route("", options).await?;
         let scope = routed.view.scope(profile);
+        // The meta-tools an answer starts with are the daemon's own: callable whenever the
+        // answer carries them.
+        if routed
+            .decision
+            .meta_tools(scope.activation)
+            .any(|t| t.name == tool)
+        {
+            return Ok(CallCheck {
+                view: routed.view.clone(),
+                domain: None,
+                refusal: None,
+                visible_now: true,
+            });
+        }
         let shown = |d: DomainId| routed.decision.domains.iter().any(|inc| inc.domain == d);
         let (domain, refusal) = router::check_call(
             &routed.view.registry,

@@ -509,6 +509,27 @@ async fn check_tool_call_gives_every_reason(backend: Backend) {
             group: "radarr",
             keys: &[],
         },
+        // The meta-tools Route starts its answer with may be called too.
+        Want {
+            tool: "load_tool_group",
+            conversation: "c1",
+            profile: "",
+            allowed: true,
+            visible_now: true,
+            reason: "",
+            group: "",
+            keys: &[],
+        },
+        Want {
+            tool: "search_tools",
+            conversation: "",
+            profile: "mcp-media",
+            allowed: true,
+            visible_now: true,
+            reason: "",
+            group: "",
+            keys: &[],
+        },
     ];
     for w in &cases {
         let r = app.check_call(w.tool, w.conversation, w.profile).await.unwrap();
@@ -542,6 +563,43 @@ async fn check_tool_call_gives_every_reason(backend: Backend) {
     let err = app.check_call(" ", "", "").await.unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument);
     assert_eq!(err.message(), "Required parameter 'tool_name' is missing.");
+}
+
+#[tokio::test]
+async fn a_meta_tool_may_be_called_exactly_when_answers_carry_it() {
+    let mut app = TestApp::builder()
+        .config(|c| c.expose_search_tools = false)
+        .spawn()
+        .await;
+    // Only the core domain is active: no group to load, so no meta-tool at all.
+    for tool in ["load_tool_group", "search_tools"] {
+        let r = app.check_call(tool, "", "").await.unwrap();
+        assert_eq!(
+            (r.allowed, r.visible_now, r.reason.as_str()),
+            (false, false, "unknown_tool"),
+            "{tool}"
+        );
+    }
+    app.set("radarr_url", "http://x").await;
+    let routed = app.dry_run("hello", "").await;
+    assert_eq!(names(&routed.tools)[0], "load_tool_group");
+    assert!(!names(&routed.tools).contains(&"search_tools"));
+    let r = app.check_call("load_tool_group", "", "").await.unwrap();
+    assert_eq!(
+        (r.allowed, r.visible_now, r.reason.as_str()),
+        (true, true, ""),
+        "{}",
+        r.text
+    );
+    assert_eq!(r.text, "Tool 'load_tool_group' may be called now.");
+    // Switched off, it is no tool of the daemon's.
+    let r = app.check_call("search_tools", "", "").await.unwrap();
+    assert_eq!(
+        (r.allowed, r.reason.as_str()),
+        (false, "unknown_tool"),
+        "{}",
+        r.text
+    );
 }
 
 #[tokio::test]
