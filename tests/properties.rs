@@ -1493,8 +1493,8 @@ mod budget {
         ]
     }
 
-    fn droppable(r: Reason) -> bool {
-        matches!(r, Reason::Fallback | Reason::Search | Reason::Sticky)
+    fn droppable(c: &Candidate) -> bool {
+        !c.loaded && matches!(c.reason, Reason::Fallback | Reason::Search | Reason::Sticky)
     }
 
     fn rank(r: Reason) -> u8 {
@@ -1506,9 +1506,20 @@ mod budget {
     }
 
     /// Distinct domains (one answer never holds a domain twice), each with a reason, a
-    /// score, tools and tokens.
+    /// score, tools, tokens, and whether the conversation loaded it (a loaded domain may
+    /// show any reason that comes first: a keyword or search hit, or `LOADED`).
     fn candidates() -> impl Strategy<Value = Vec<Candidate>> {
-        vec((reason(), 0u8..8, 0u64..20, 0u64..3_000), 0..16).prop_flat_map(|parts| {
+        let part = (reason(), 0u8..8, 0u64..20, 0u64..3_000, any::<bool>()).prop_map(
+            |(reason, score, tools, tokens, loaded)| {
+                let loaded = match reason {
+                    Reason::Loaded => true,
+                    Reason::Keyword | Reason::Search => loaded,
+                    _ => false,
+                };
+                (reason, score, tools, tokens, loaded)
+            },
+        );
+        vec(part, 0..16).prop_flat_map(|parts| {
             let n = parts.len();
             Just(parts)
                 .prop_flat_map(move |parts| {
@@ -1521,10 +1532,11 @@ mod budget {
                     parts
                         .into_iter()
                         .zip(ids)
-                        .map(|((reason, score, tools, tokens), id)| Candidate {
+                        .map(|((reason, score, tools, tokens, loaded), id)| Candidate {
                             domain: toolrouter::registry::DomainId::at(id),
                             reason,
                             score: f32::from(score) / 2.0,
+                            loaded,
                             cost: Cost { tools, tokens },
                         })
                         .collect()
@@ -1574,10 +1586,10 @@ mod budget {
             let mut seen = HashSet::new();
             for &i in &dropped {
                 prop_assert!(i < cs.len() && seen.insert(i), "each position once");
-                prop_assert!(droppable(cs[i].reason), "dropped a {:?} domain", cs[i].reason);
+                prop_assert!(droppable(&cs[i]), "dropped a {:?} domain (loaded: {})", cs[i].reason, cs[i].loaded);
             }
             let kept = sum(fixed, &cs, |i| !dropped.contains(&i));
-            let undroppable = sum(fixed, &cs, |i| !droppable(cs[i].reason));
+            let undroppable = sum(fixed, &cs, |i| !droppable(&cs[i]));
             if fits(undroppable, limits) {
                 prop_assert!(fits(kept, limits), "the undroppable part fits, so the answer must");
             }

@@ -73,13 +73,16 @@ pub struct Candidate {
     pub reason: Reason,
     /// With [`Reason::Search`]: its score; otherwise unused.
     pub score: f32,
+    /// The conversation loaded it (SPEC §9: never dropped), whatever its reason.
+    pub loaded: bool,
     /// What it costs.
     pub cost: Cost,
 }
 
-/// Whether a reason's domains may be dropped, and in which round (lower goes first).
-fn round(reason: Reason) -> Option<u8> {
-    match reason {
+/// Whether a domain may be dropped, and in which round (lower goes first).
+fn round(c: &Candidate) -> Option<u8> {
+    match c.reason {
+        _ if c.loaded => None,
         Reason::Fallback => Some(0),
         Reason::Search => Some(1),
         Reason::Sticky => Some(2),
@@ -98,7 +101,7 @@ pub fn select(fixed: Cost, candidates: &[Candidate], limits: Limits) -> Vec<usiz
         return Vec::new();
     }
     let mut order: Vec<usize> = (0..candidates.len())
-        .filter(|&i| round(candidates[i].reason).is_some())
+        .filter(|&i| round(&candidates[i]).is_some())
         .collect();
     order.sort_by(|&a, &b| drop_order(&candidates[a], a, &candidates[b], b));
     let mut dropped = Vec::new();
@@ -140,6 +143,7 @@ pub fn fit(
             domain: inc.domain,
             reason: inc.reason,
             score: decision.search_hit(inc.domain).map_or(0.0, |h| h.score),
+            loaded: inc.loaded,
             cost: cost(inc.domain),
         })
         .collect();
@@ -165,7 +169,7 @@ pub fn fit(
 /// Which of two droppable domains goes first. Ties that remain (equal reasons, tokens,
 /// scores and names cannot happen within one answer) fall back to answer position.
 fn drop_order(a: &Candidate, ia: usize, b: &Candidate, ib: usize) -> Ordering {
-    let (ra, rb) = (round(a.reason), round(b.reason));
+    let (ra, rb) = (round(a), round(b));
     ra.cmp(&rb).then_with(|| match a.reason {
         Reason::Fallback => b.cost.tokens.cmp(&a.cost.tokens).then(a.domain.cmp(&b.domain)),
         Reason::Search => a.score.total_cmp(&b.score).then(a.domain.cmp(&b.domain)),
@@ -182,6 +186,7 @@ mod tests {
             domain: DomainId::at(domain),
             reason,
             score,
+            loaded: false,
             cost: Cost { tools, tokens },
         }
     }
@@ -264,11 +269,27 @@ mod tests {
     }
 
     #[test]
+    fn a_loaded_domain_is_kept_whatever_reason_comes_first() {
+        let loaded = |c: Candidate| Candidate { loaded: true, ..c };
+        let cands = [
+            loaded(c(0, Reason::Search, 5, 50, 0.5)),
+            c(1, Reason::Search, 5, 50, 2.0),
+            loaded(c(2, Reason::Loaded, 5, 50, 0.0)),
+        ];
+        let none = Limits {
+            max_tools: Some(0),
+            token_budget: None,
+        };
+        assert_eq!(select(Cost::default(), &cands, none), vec![1]);
+    }
+
+    #[test]
     fn fit_removes_exactly_the_dropped_domains_and_keeps_the_order_of_the_rest() {
         let included = |d: usize, reason: Reason| super::super::Included {
             domain: DomainId::at(d),
             reason,
             matched: 0..0,
+            loaded: false,
         };
         let mut decision = Decision {
             meta_tool: true,

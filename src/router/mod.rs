@@ -97,6 +97,8 @@ pub struct Included {
     /// With [`Reason::Keyword`]: where in [`Decision::keywords`] the keywords that hit this
     /// domain are (see [`Decision::matched`]); empty otherwise.
     pub matched: Range<usize>,
+    /// The conversation loaded it, whatever reason comes first: a budget never drops it.
+    pub loaded: bool,
 }
 
 /// The answer to one turn.
@@ -266,6 +268,7 @@ pub fn route(
             domain: *d,
             reason: Reason::Keyword,
             matched: range.clone(),
+            loaded: false,
         },
         Hit::Search => because(*d, Reason::Search),
     };
@@ -291,9 +294,15 @@ pub fn route(
     } else {
         for &(d, m) in &members {
             if let Some(i) = hit_of(d) {
-                domains.push(included(&hits[i]));
+                domains.push(Included {
+                    loaded: m.loaded,
+                    ..included(&hits[i])
+                });
             } else if m.loaded {
-                domains.push(because(d, Reason::Loaded));
+                domains.push(Included {
+                    loaded: true,
+                    ..because(d, Reason::Loaded)
+                });
             } else if m.hit {
                 domains.push(because(d, Reason::Sticky));
             }
@@ -334,6 +343,7 @@ fn because(domain: DomainId, reason: Reason) -> Included {
         domain,
         reason,
         matched: 0..0,
+        loaded: false,
     }
 }
 

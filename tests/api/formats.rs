@@ -19,6 +19,7 @@ crate::on_both_backends!(
     an_unknown_format_is_an_invalid_argument_on_every_rpc,
     over_max_tools_the_largest_fallback_domains_are_dropped_and_stay_loadable,
     core_keyword_and_meta_tools_are_sent_even_over_the_budget,
+    a_loaded_group_is_never_dropped_even_when_search_hits_it,
     the_server_default_budget_applies_unless_the_request_gives_one,
     a_server_token_budget_of_0_is_no_budget_as_max_tools_0_is_no_limit,
     the_default_max_tools_is_openais_128_and_the_demo_fits,
@@ -303,6 +304,48 @@ async fn core_keyword_and_meta_tools_are_sent_even_over_the_budget(backend: Back
     );
     assert!(r.dropped.is_empty());
     assert!(r.tools.len() > 1);
+    app.stop().await;
+}
+
+async fn a_loaded_group_is_never_dropped_even_when_search_hits_it(backend: Backend) {
+    let mut app = spawn_app_on(backend).await;
+    activate_all(&mut app).await;
+    app.load("c1", "docker").await.unwrap();
+    // The message's first reason for docker is its search hit; it is still a loaded group.
+    let message = "restart the nginx service";
+    let probe = app.dry_run(message, "").await;
+    assert!(
+        probe
+            .domains
+            .iter()
+            .any(|d| d.domain == "docker" && d.reason() == Reason::Search),
+        "the message must reach docker by search: {:?}",
+        probe
+            .domains
+            .iter()
+            .map(|d| (&d.domain, d.reason()))
+            .collect::<Vec<_>>()
+    );
+    let r = app
+        .route_with(RouteRequest {
+            max_tools: 5,
+            ..route_request(message, "c1")
+        })
+        .await
+        .unwrap();
+    assert!(
+        r.domains
+            .iter()
+            .any(|d| d.domain == "docker" && d.reason() == Reason::Search),
+        "{:?}",
+        dropped(&r)
+    );
+    assert!(
+        !r.dropped.iter().any(|d| d.domain == "docker"),
+        "{:?}",
+        dropped(&r)
+    );
+    assert!(r.tools.iter().any(|t| t.name.starts_with("docker_")));
     app.stop().await;
 }
 
