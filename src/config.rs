@@ -344,6 +344,13 @@ impl Config {
             if token.trim().is_empty() {
                 return Err(Error::Config("a token in [tokens] is empty".into()));
             }
+            // The bound profile would win, and the operator's token would lose its rights.
+            if self.auth_token.as_deref() == Some(token.as_str()) {
+                return Err(Error::Config(format!(
+                    "the token bound to profile `{profile}` in [tokens] is the auth token: give \
+                     that profile's consumers a token of their own"
+                )));
+            }
             if !self.profiles.contains_key(profile) {
                 return Err(Error::Config(format!(
                     "a token in [tokens] is bound to profile `{profile}`, which [profiles] does not define"
@@ -366,8 +373,18 @@ impl Config {
         if self.listen_backlog == 0 {
             return Err(Error::Config("listen_backlog must be at least 1".into()));
         }
-        if self.max_concurrent_requests == 0 {
-            return Err(Error::Config("max_concurrent_requests must be at least 1".into()));
+        // A drain holds every permit at once, in one request of at most u32::MAX.
+        if !(1..=u32::MAX as usize).contains(&self.max_concurrent_requests) {
+            return Err(Error::Config(format!(
+                "max_concurrent_requests must be between 1 and {}, not {}",
+                u32::MAX,
+                self.max_concurrent_requests
+            )));
+        }
+        if self.max_message_bytes == 0 {
+            return Err(Error::Config(
+                "max_message_bytes must be at least 1 (every message would be refused)".into(),
+            ));
         }
         for (key, value) in [
             ("search_min_ratio", self.search_min_ratio),
@@ -524,6 +541,10 @@ max_tools = 40
                 "[profiles.p]\n[tokens]\n\" \" = \"p\"\n",
                 "a token in [tokens] is empty",
             ),
+            (
+                "auth_token = \"a\"\n[profiles.p]\n[tokens]\na = \"p\"\n",
+                "the token bound to profile `p` in [tokens] is the auth token",
+            ),
         ];
         for (text, want) in cases {
             let c: Config = toml::from_str(text).unwrap();
@@ -639,11 +660,41 @@ max_tools = 40
             ..Config::default()
         };
         assert!(half.validate().unwrap_err().to_string().contains("--tls-key"));
-        let zero = Config {
-            max_concurrent_requests: 0,
-            ..Config::default()
-        };
-        assert!(zero.validate().is_err());
+        let limits: &[(Config, &str)] = &[
+            (
+                Config {
+                    max_concurrent_requests: 0,
+                    ..Config::default()
+                },
+                "max_concurrent_requests must be between 1 and 4294967295, not 0",
+            ),
+            (
+                Config {
+                    max_concurrent_requests: usize::MAX,
+                    ..Config::default()
+                },
+                "max_concurrent_requests must be between 1 and 4294967295, not 18446744073709551615",
+            ),
+            (
+                Config {
+                    max_message_bytes: 0,
+                    ..Config::default()
+                },
+                "max_message_bytes must be at least 1 (every message would be refused)",
+            ),
+        ];
+        for (config, want) in limits {
+            assert_eq!(config.validate().unwrap_err().to_string(), *want);
+        }
+        assert!(
+            Config {
+                max_concurrent_requests: u32::MAX as usize,
+                max_message_bytes: 1,
+                ..Config::default()
+            }
+            .validate()
+            .is_ok()
+        );
         let blank = Config {
             auth_token: Some(" ".into()),
             ..Config::default()
