@@ -819,7 +819,8 @@ impl State {
 
     /// Searches the tools a consumer may see (SPEC §5 `SearchTools`); with a conversation
     /// and `load`, loads the active non-core groups of the top hits (at most
-    /// [`MAX_SEARCH_LOADS`], in rank order) into it, persisted before answering.
+    /// [`MAX_SEARCH_LOADS`], chosen in rank order, joining by name) into it, persisted
+    /// before answering.
     ///
     /// # Errors
     /// A database fault while loading.
@@ -849,7 +850,10 @@ impl State {
             }
             if !groups.is_empty() {
                 let mut entry = self.inner.conversations.lock(id).await?;
-                let names = groups.iter().map(|&d| registry.domain(d).name.as_str());
+                // Domains joining on one turn join by name (SPEC §4); the answer keeps rank.
+                let mut joining = groups.clone();
+                joining.sort_unstable();
+                let names = joining.iter().map(|&d| registry.domain(d).name.as_str());
                 entry.record(names, Mark::Loaded).await?;
                 loaded = groups;
             }

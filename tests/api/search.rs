@@ -111,6 +111,51 @@ async fn load_puts_the_top_groups_into_the_conversation_before_answering(backend
     again.stop().await;
 }
 
+/// Groups one `SearchTools` call loads join the conversation as domains joining on one turn
+/// do: by name, whatever their rank.
+#[tokio::test]
+async fn groups_loaded_by_one_search_join_by_name() {
+    let tool = |name: &str, description: &str| {
+        format!(
+            r#"[{{"_meta": true}}, {{"name": "{name}", "description": "{description}", "parameters": {{}}}}]"#
+        )
+    };
+    let (gamma, alpha, delta) = (
+        tool("gamma_one", "gamma one gamma one"),
+        tool("alpha_one", "gamma one"),
+        tool("delta_one", "one gamma"),
+    );
+    let mut app = TestApp::builder()
+        .manifests(&[
+            ("gamma.json", &gamma),
+            ("alpha.json", &alpha),
+            ("delta.json", &delta),
+        ])
+        .spawn()
+        .await;
+    let r = app
+        .search(SearchToolsRequest {
+            query: "gamma_one".into(),
+            limit: 5,
+            conversation_id: "s".into(),
+            load: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        r.loaded_groups.first().map(String::as_str),
+        Some("gamma"),
+        "rank order: {:?}",
+        r.loaded_groups
+    );
+    assert_eq!(r.loaded_groups.len(), 3, "{:?}", r.loaded_groups);
+    let routed = app.dry_run("hello", "s").await;
+    let order: Vec<&str> = routed.domains.iter().map(|d| d.domain.as_str()).collect();
+    assert_eq!(order, ["alpha", "delta", "gamma"]);
+    app.stop().await;
+}
+
 async fn nothing_matched_says_so_and_lists_the_active_groups(backend: Backend) {
     let mut app = spawn_app_on(backend).await;
     app.set("pihole_url", "http://pi.hole").await;
