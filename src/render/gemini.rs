@@ -8,7 +8,8 @@
 //! dropped. Fields the API allows on one type only go where it takes them: a node without a
 //! type gets the one its fields say, a union's fields move into the branch of their type, and
 //! a field of another type than the node's is dropped (an enum on an integer; the value keeps
-//! its own type).
+//! its own type), as is an enum or `const` of other values than strings on a node that names
+//! no type (`{"const": 5}` is no string).
 
 use serde_json::{Map, Value};
 
@@ -218,33 +219,29 @@ impl<'a> Reducer<'a> {
                     }
                     _ => {}
                 },
-                "enum" => {
-                    if let Value::Array(values) = value {
-                        let mut strings = Vec::with_capacity(values.len());
-                        for v in values {
-                            match v {
-                                Value::Null => nullable = true,
-                                Value::String(s) => strings.push(Value::String(s.clone())),
-                                other => strings.push(Value::String(other.to_string())),
-                            }
+                "enum" | "const" => {
+                    let values = match value {
+                        Value::Array(values) if key == "enum" => values.as_slice(),
+                        Value::Array(_) => continue,
+                        one => std::slice::from_ref(one),
+                    };
+                    let mut strings = Vec::with_capacity(values.len());
+                    for v in values {
+                        match v {
+                            Value::Null => nullable = true,
+                            Value::String(s) => strings.push(Value::String(s.clone())),
+                            other => strings.push(Value::String(other.to_string())),
                         }
-                        if !strings.is_empty() {
-                            out.insert("enum".into(), Value::Array(strings));
-                        }
+                    }
+                    // Values of another type on a node that names none: as strings they
+                    // would make it a string, which it is not ({"const": 5}); dropped.
+                    let typeless = !node.contains_key("type");
+                    if !strings.is_empty()
+                        && !(typeless && values.iter().any(|v| !v.is_string() && !v.is_null()))
+                    {
+                        out.insert("enum".into(), Value::Array(strings));
                     }
                 }
-                "const" => match value {
-                    Value::Null => nullable = true,
-                    Value::String(s) => {
-                        out.insert("enum".into(), Value::Array(vec![Value::String(s.clone())]));
-                    }
-                    other => {
-                        out.insert(
-                            "enum".into(),
-                            Value::Array(vec![Value::String(other.to_string())]),
-                        );
-                    }
-                },
                 "nullable" if value.as_bool() == Some(true) => nullable = true,
                 "title" | "description" | "pattern" | "format" if value.is_string() => {
                     out.insert(key.clone(), value.clone());
@@ -535,7 +532,7 @@ mod tests {
     }
 
     #[test]
-    fn an_enum_stays_on_strings_only_and_typeless_values_are_strings() {
+    fn an_enum_stays_on_strings_only_and_implies_a_type_only_from_strings() {
         let out = reduce(json!({
             "type": "object",
             "properties": {
@@ -545,6 +542,8 @@ mod tests {
                 "s": {"type": "string", "enum": ["a", "b"]},
                 "free": {"enum": ["a", 1]},
                 "k": {"const": "only"},
+                "five": {"const": 5, "description": "Five"},
+                "maybe": {"enum": ["x", null]},
             },
         }))
         .unwrap();
@@ -557,8 +556,11 @@ mod tests {
                     "b": {"type": "BOOLEAN"},
                     "x": {"type": "NUMBER"},
                     "s": {"type": "STRING", "enum": ["a", "b"]},
-                    "free": {"enum": ["a", "1"], "type": "STRING"},
+                    // Not all strings, and no type named: no type invented for them.
+                    "free": {},
                     "k": {"enum": ["only"], "type": "STRING"},
+                    "five": {"description": "Five"},
+                    "maybe": {"enum": ["x"], "nullable": true, "type": "STRING"},
                 },
             })
         );
