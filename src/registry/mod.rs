@@ -321,11 +321,21 @@ impl Registry {
     }
 
     /// What the registry's manifests should fix but that does not stop them loading: a tool
-    /// without a tier (it counts as destructive) and a description over
-    /// [`MAX_DESCRIPTION_CHARS`] characters (the limit some LLM APIs put on it).
+    /// without a tier (it counts as destructive), a description over
+    /// [`MAX_DESCRIPTION_CHARS`] characters (the limit some LLM APIs put on it), and a domain
+    /// with keywords but no tools (its hit turns the fallback off and brings no tool).
     pub fn warnings(&self) -> Vec<ManifestError> {
         let mut out = Vec::new();
         for d in &self.domains {
+            if d.tools.is_empty() && !d.keywords.is_empty() {
+                out.push(warning(
+                    d.source.clone(),
+                    format!(
+                        "domain `{}` has keywords but no tools: a message that hits them gets no fallback and no tool of it",
+                        d.name
+                    ),
+                ));
+            }
             let long = |what: &str, text: &str| {
                 let n = text.chars().count();
                 (n > MAX_DESCRIPTION_CHARS).then(|| {

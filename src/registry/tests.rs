@@ -40,7 +40,7 @@ fn equal_content_gives_equal_versions_and_any_change_a_new_one() {
 }
 
 #[test]
-fn check_warns_about_missing_tiers_long_descriptions_empty_folders_and_skipped_files() {
+fn check_warns_about_missing_tiers_long_descriptions_hollow_domains_empty_folders_and_skipped_files() {
     let root = tempfile::tempdir().unwrap();
     let (full, empty) = (root.path().join("full"), root.path().join("empty"));
     std::fs::create_dir_all(&full).unwrap();
@@ -56,6 +56,12 @@ fn check_warns_about_missing_tiers_long_descriptions_empty_folders_and_skipped_f
         ),
     )
     .unwrap();
+    std::fs::write(
+        full.join("hollow.json"),
+        r#"{"name": "hollow", "keywords": ["void"]}"#,
+    )
+    .unwrap();
+    std::fs::write(full.join("quiet.json"), r#"{"name": "quiet"}"#).unwrap();
     std::fs::write(full.join("README.md"), "notes").unwrap();
     std::fs::write(full.join("b.yaml"), "name: b").unwrap();
     let (registry, warnings) = Registry::check_dirs(&[full.clone(), empty.clone()]);
@@ -73,6 +79,10 @@ fn check_warns_about_missing_tiers_long_descriptions_empty_folders_and_skipped_f
         (
             full.join("a.json"),
             "tool `wordy` has a description of 1025 characters (over 1024)",
+        ),
+        (
+            full.join("hollow.json"),
+            "domain `hollow` has keywords but no tools: a message that hits them gets no fallback",
         ),
     ];
     assert_eq!(warnings.len(), expect.len(), "{shown:#?}");
