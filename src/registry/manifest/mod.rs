@@ -168,10 +168,69 @@ fn read(path: &str, text: &str, format: Format) -> Result<(Value, Vec<ManifestEr
                 let pos = e.span().map(|s| line_col(text, s.start));
                 vec![err_at(path, pos, format!("malformed TOML: {}", e.message()))]
             })?;
-            serde_json::to_value(table)
-                .map(|value| (value, Vec::new()))
-                .map_err(|e| vec![err(path, format!("malformed TOML: {e}"))])
+            let mut dates = Vec::new();
+            let value = toml_to_json(toml::Value::Table(table), &mut String::new(), &mut dates);
+            if dates.is_empty() {
+                Ok((value, Vec::new()))
+            } else {
+                Err(dates
+                    .into_iter()
+                    .map(|(at, what)| {
+                        err(
+                            path,
+                            format!("`{at}` is a TOML {what}, which JSON has not: write it as a string"),
+                        )
+                    })
+                    .collect())
+            }
         }
+    }
+}
+
+/// A TOML value as JSON; each value JSON has no form for (a date or time, `nan`, `inf`) is
+/// left out and its place, a dotted path from the top, added to `unjson` with what it is.
+fn toml_to_json(value: toml::Value, at: &mut String, unjson: &mut Vec<(String, &'static str)>) -> Value {
+    let mut nested = |at: &mut String, key: &str, v: toml::Value| {
+        let len = at.len();
+        if !at.is_empty() {
+            at.push('.');
+        }
+        at.push_str(key);
+        let out = toml_to_json(v, at, unjson);
+        at.truncate(len);
+        out
+    };
+    match value {
+        toml::Value::String(s) => Value::String(s),
+        toml::Value::Integer(i) => Value::from(i),
+        toml::Value::Float(f) => serde_json::Number::from_f64(f).map_or_else(
+            || {
+                unjson.push((at.clone(), "non-finite number"));
+                Value::Null
+            },
+            Value::Number,
+        ),
+        toml::Value::Boolean(b) => Value::Bool(b),
+        toml::Value::Datetime(_) => {
+            unjson.push((at.clone(), "date or time"));
+            Value::Null
+        }
+        toml::Value::Array(items) => Value::Array(
+            items
+                .into_iter()
+                .enumerate()
+                .map(|(i, v)| nested(at, &i.to_string(), v))
+                .collect(),
+        ),
+        toml::Value::Table(table) => Value::Object(
+            table
+                .into_iter()
+                .map(|(k, v)| {
+                    let out = nested(at, &k, v);
+                    (k, out)
+                })
+                .collect(),
+        ),
     }
 }
 

@@ -315,6 +315,26 @@ fn unknown_fields_in_a_native_manifest_or_its_tools_are_rejected_by_name() {
     ]);
 }
 
+#[test]
+fn toml_values_json_has_no_form_for_are_rejected_naming_where() {
+    assert_rejected(&[
+        (
+            "date.toml",
+            "name = \"x\"\n[[tools]]\nname = \"t\"\ndescription = \"d\"\n\
+             [tools.input_schema.properties.since]\ntype = \"string\"\ndefault = 1979-05-27\n",
+            &[
+                "`tools.0.input_schema.properties.since.default` is a TOML date or time, which JSON has not: write it as a string",
+            ],
+        ),
+        (
+            "nan.toml",
+            "name = \"x\"\nkeywords = [\"a\"]\n[[tools]]\nname = \"t\"\ndescription = \"d\"\n\
+             [tools.input_schema.properties.n]\ntype = \"number\"\nmaximum = inf\n",
+            &["`tools.0.input_schema.properties.n.maximum` is a TOML non-finite number"],
+        ),
+    ]);
+}
+
 // ---- tools ------------------------------------------------------------------------------
 
 #[test]
