@@ -487,6 +487,11 @@ where
                         let s = summary.unwrap_or(&none);
                         // JSON text, so the JSON log format can embed it as a real array.
                         let domains = s.domains.as_deref().map_or("[]", RoutedDomains::json);
+                        let groups = if s.groups.is_empty() {
+                            std::borrow::Cow::Borrowed("[]")
+                        } else {
+                            std::borrow::Cow::Owned(serde_json::to_string(&s.groups).unwrap_or_default())
+                        };
                         tracing::info!(
                             method = %method,
                             code = code_name,
@@ -496,7 +501,7 @@ where
                             tokens = s.tokens.map_or(0, |(t, _)| t),
                             domains = %domains,
                             fallback = s.fallback.unwrap_or(false),
-                            group = %s.groups.join(","),
+                            groups = %groups,
                             "call"
                         );
                     }
@@ -553,10 +558,10 @@ fn method_label(path: &str) -> &str {
     }
 }
 
-/// Fields logged as JSON text (`domains`, a list). The text log format shows that text
+/// Fields logged as JSON text (lists). The text log format shows that text
 /// (`domains=["system:core","docker:keyword"]`); [`JsonLogFormat`] embeds it as a JSON value,
 /// so a list field is a real JSON array, not a string.
-pub(crate) const JSON_VALUED_FIELDS: &[&str] = &["domains", "manifests"];
+pub(crate) const JSON_VALUED_FIELDS: &[&str] = &["domains", "groups", "manifests"];
 
 /// The `--log-format json` event format: tracing-subscriber's JSON format (`F`), with the
 /// fields in [`JSON_VALUED_FIELDS`] embedded as JSON values instead of strings. Events

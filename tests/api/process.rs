@@ -455,7 +455,11 @@ async fn each_call_is_logged_once_without_its_text_and_counted_in_the_metrics() 
         search[0]["fields"]["conversation"],
         conversation_hash("user-7-private")
     );
-    assert_eq!(search[0]["fields"]["group"], "qbittorrent", "{log}");
+    assert_eq!(
+        search[0]["fields"]["groups"],
+        serde_json::json!(["qbittorrent"]),
+        "a list is a real JSON array: {log}"
+    );
     // The start line's folder list is a real array too.
     let start = lines
         .iter()
