@@ -353,7 +353,33 @@ impl<'a> Reducer<'a> {
             }
         }
         fit_to_type(&mut out);
-        Some(Value::Object(out))
+        // A union's branches made from a list of types are checked only now, with the fields
+        // of their type moved in: one the API refuses goes, and a single one left is the node.
+        if let Some(Value::Array(branches)) = out.get_mut("anyOf") {
+            branches.retain(|b| b.as_object().is_some_and(expressible));
+            if branches.len() < 2
+                && let Some(Value::Array(mut left)) = out.shift_remove("anyOf")
+                && let Some(Value::Object(only)) = left.pop()
+            {
+                for (k, v) in only {
+                    out.entry(k).or_insert(v);
+                }
+            }
+        }
+        expressible(&out).then_some(Value::Object(out))
+    }
+}
+
+/// Whether the API takes a reduced node: it refuses one without a type ("didn't specify the
+/// schema type field"), an ARRAY without `items` ("items: missing field") and an OBJECT
+/// without `properties` ("should be non-empty for OBJECT type"). Such a node is dropped with
+/// the property that holds it, and `required` follows.
+fn expressible(node: &Map<String, Value>) -> bool {
+    match node.get("type").and_then(Value::as_str) {
+        Some("ARRAY") => node.contains_key("items"),
+        Some("OBJECT") => node.contains_key("properties"),
+        Some(_) => true,
+        None => node.contains_key("anyOf"),
     }
 }
 
@@ -364,8 +390,8 @@ fn is_null_schema(v: &Value) -> bool {
 
 /// Checks a schema against the documented `Schema` object: known fields only, `type` one of
 /// the `Type` values, enum values strings, counts non-negative integers, `required` naming
-/// properties, formats the API accepts for the type, no empty `properties`. Returns every
-/// problem, each with its JSON pointer.
+/// properties, formats the API accepts for the type, no empty `properties`, and what the API
+/// refuses outright (see [`expressible`]). Returns every problem, each with its JSON pointer.
 pub fn check_schema(schema: &Value) -> Vec<String> {
     let mut problems = Vec::new();
     check_node(schema, "", &mut problems);
@@ -437,6 +463,11 @@ fn check_node(node: &Value, at: &str, problems: &mut Vec<String>) {
         if !ok {
             problems.push(format!("{here}: not a valid value for this field"));
         }
+    }
+    if !expressible(map) {
+        problems.push(format!(
+            "{at}: a schema needs a type (or anyOf), an ARRAY its items and an OBJECT its properties"
+        ));
     }
 }
 
@@ -556,10 +587,9 @@ mod tests {
                     "b": {"type": "BOOLEAN"},
                     "x": {"type": "NUMBER"},
                     "s": {"type": "STRING", "enum": ["a", "b"]},
-                    // Not all strings, and no type named: no type invented for them.
-                    "free": {},
+                    // Not all strings, and no type named: no type is invented for them,
+                    // and a property without one is dropped (`free`, `five`).
                     "k": {"enum": ["only"], "type": "STRING"},
-                    "five": {"description": "Five"},
                     "maybe": {"enum": ["x"], "nullable": true, "type": "STRING"},
                 },
             })
@@ -606,7 +636,50 @@ mod tests {
         assert_eq!(check_schema(&out), Vec::<String>::new());
         let union_items = json!({"anyOf": [{"type": "STRING"}, {"type": "ARRAY"}],
                                  "items": {"type": "STRING"}});
-        assert_eq!(check_schema(&union_items), ["/items: allowed on ARRAY only"]);
+        assert_eq!(
+            check_schema(&union_items),
+            [
+                "/anyOf/1: a schema needs a type (or anyOf), an ARRAY its items and an OBJECT its properties",
+                "/items: allowed on ARRAY only"
+            ]
+        );
+    }
+
+    #[test]
+    fn what_the_api_refuses_outright_is_dropped_with_its_property_and_required_follows() {
+        let out = reduce(json!({
+            "type": "object",
+            "properties": {
+                "keep": {"type": "string"},
+                "tuple": {"type": "array", "prefixItems": [{"type": "string"}]},
+                "bare_array": {"type": "array"},
+                "any_items": {"type": "array", "items": {}},
+                "map": {"type": "object", "additionalProperties": {"type": "string"}},
+                "merged": {"allOf": [{"type": "string"}, {"minLength": 1}]},
+                "null_only": {"type": "null"},
+                "either": {"type": ["string", "array"], "description": "E"},
+            },
+            "required": ["keep", "tuple", "map", "merged", "either"],
+        }))
+        .unwrap();
+        assert_eq!(
+            out,
+            json!({
+                "type": "OBJECT",
+                "properties": {
+                    "keep": {"type": "STRING"},
+                    // The ARRAY branch had no items: the STRING branch is the node.
+                    "either": {"description": "E", "type": "STRING"},
+                },
+                "required": ["keep", "either"],
+            })
+        );
+        assert_eq!(check_schema(&out), Vec::<String>::new());
+        // Nothing left: no parameters at all.
+        assert_eq!(
+            reduce(json!({"type": "object", "properties": {"t": {"type": "array"}}})),
+            None
+        );
     }
 
     #[test]
