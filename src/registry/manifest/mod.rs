@@ -591,7 +591,12 @@ impl Validator<'_> {
     /// A tool's input schema must be a valid JSON Schema (draft 2020-12 meta-schema) and its
     /// `required` lists may name only properties it defines. Returns whether it passed.
     fn check_schema(&mut self, label: &str, field: &str, schema: &Value) -> bool {
-        if let Err(e) = jsonschema::draft202012::meta::validate(schema) {
+        // Every problem, each where it is: the meta-schema's, then `required` naming what
+        // `properties` does not define.
+        let meta = jsonschema::draft202012::meta::validator();
+        let mut fine = true;
+        for e in meta.iter_errors(schema) {
+            fine = false;
             let at = e.instance_path().to_string();
             let at = if at.is_empty() {
                 String::new()
@@ -601,7 +606,6 @@ impl Validator<'_> {
             self.push(format!(
                 "{label}: `{field}` is not a valid JSON Schema (draft 2020-12){at}: {e}"
             ));
-            return false;
         }
         let mut missing = Vec::new();
         undefined_required(schema, "", true, &mut missing);
@@ -610,7 +614,7 @@ impl Validator<'_> {
                 "{label}: `{field}`{at} lists `{name}` in `required` but does not define it in `properties`"
             ));
         }
-        missing.is_empty()
+        fine && missing.is_empty()
     }
 
     fn string(&mut self, v: &Value, what: &str) -> Option<String> {

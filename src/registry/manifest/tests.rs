@@ -1308,6 +1308,26 @@ fn an_input_schema_that_is_not_a_valid_json_schema_is_rejected() {
 }
 
 #[test]
+fn every_problem_of_one_schema_is_reported_each_where_it_is() {
+    let text = r#"{"name": "x", "tools": [{"name": "t", "description": "d", "input_schema":
+        {"type": "object", "properties": {"a": {"type": "strnig"}, "b": {"type": 5}},
+         "required": ["a", "zz"]}}]}"#;
+    let errors = load_errors(&[("three.json", text)]);
+    let shown = shown(&errors);
+    for want in [
+        "is not a valid JSON Schema (draft 2020-12) at /properties/a/type",
+        "is not a valid JSON Schema (draft 2020-12) at /properties/b/type",
+        "lists `zz` in `required` but does not define it",
+    ] {
+        assert_eq!(
+            errors.iter().filter(|e| e.message.contains(want)).count(),
+            1,
+            "{want:?} once in:\n{shown}"
+        );
+    }
+}
+
+#[test]
 fn a_required_name_that_the_schema_does_not_define_is_rejected() {
     let native = |schema: &str| {
         format!(
