@@ -341,10 +341,21 @@ impl Conversations {
         let mut guard = entry.clone().lock_owned().await;
         let generation = self.db.generation();
         if !guard.loaded || guard.unsure || guard.generation != generation {
-            *guard = read(&session, generation, id).await?;
-            // A use the cache dropped before it was written.
-            if let Some(seen) = self.clocks.take(id) {
-                guard.last_seen = guard.last_seen.max(seen);
+            match read(&session, generation, id).await {
+                Ok(read) => {
+                    *guard = read;
+                    // A use the cache dropped before it was written.
+                    if let Some(seen) = self.clocks.take(id) {
+                        guard.last_seen = guard.last_seen.max(seen);
+                    }
+                }
+                // Unsure of a copy of this database only because a write failed (it was
+                // never adopted) or raced another daemon's: while the database cannot be
+                // read, that copy is the state held (SPEC §12), as when a check fails.
+                Err(e) if guard.loaded && guard.generation == generation => {
+                    tracing::warn!(error = %e, "cannot re-read the conversation; using the copy held in memory");
+                }
+                Err(e) => return Err(e),
             }
         } else if self.db.shared() {
             check(&session, &mut guard, id).await?;

@@ -394,6 +394,26 @@ async fn a_postgres_restart_under_load_is_ridden_out_and_recovered_from_by_itsel
             .await
             .expect_err("a load that cannot be written is never acknowledged");
         assert_eq!(err.code(), Code::Unavailable, "replica {i}: {err:?}");
+        // A write to c1 that failed leaves c1's state held in memory as it was.
+        let err = c
+            .load_tool_group(load_request("c1", "radarr"))
+            .await
+            .expect_err("a load that cannot be written is never acknowledged");
+        assert_eq!(err.code(), Code::Unavailable, "replica {i}: {err:?}");
+        let r = c
+            .route(route_request("thanks", "c1"))
+            .await
+            .unwrap_or_else(|s| panic!("replica {i}: Route after a failed write: {s}"))
+            .into_inner();
+        assert!(
+            routed_loaded(&r, "sonarr"),
+            "replica {i}, after a failed write: {:?}",
+            reasons(&r)
+        );
+        assert!(
+            !routed_loaded(&r, "radarr"),
+            "replica {i}: the failed load was adopted"
+        );
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
     pg_ctl(&ctl, &["start", "-w", "-t", "60"]);
