@@ -370,6 +370,12 @@ impl Config {
                 "TLS needs both --tls-cert and --tls-key (PEM files)".into(),
             ));
         }
+        if self.metrics_listen == Some(self.listen) {
+            return Err(Error::Config(format!(
+                "metrics_listen and listen are both {}: metrics need an address of their own",
+                self.listen
+            )));
+        }
         if self.listen_backlog == 0 {
             return Err(Error::Config("listen_backlog must be at least 1".into()));
         }
@@ -681,6 +687,13 @@ max_tools = 40
                     ..Config::default()
                 },
                 "max_message_bytes must be at least 1 (every message would be refused)",
+            ),
+            (
+                Config {
+                    metrics_listen: Some(Config::default().listen),
+                    ..Config::default()
+                },
+                "metrics_listen and listen are both 127.0.0.1:50051: metrics need an address of their own",
             ),
         ];
         for (config, want) in limits {
