@@ -235,10 +235,9 @@ impl<'a> Reducer<'a> {
                     }
                     // Values of another type on a node that names none: as strings they
                     // would make it a string, which it is not ({"const": 5}); dropped.
-                    let typeless = !node.contains_key("type");
-                    if !strings.is_empty()
-                        && !(typeless && values.iter().any(|v| !v.is_string() && !v.is_null()))
-                    {
+                    let invents_a_type =
+                        !node.contains_key("type") && values.iter().any(|v| !v.is_string() && !v.is_null());
+                    if !strings.is_empty() && !invents_a_type {
                         out.insert("enum".into(), Value::Array(strings));
                     }
                 }
