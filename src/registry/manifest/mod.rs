@@ -11,7 +11,7 @@ mod text;
 
 use schema::{default_schema, undefined_required};
 pub(crate) use text::line_col;
-use text::{DUPLICATE_KEY, Strict, json_position};
+use text::{DUPLICATE_KEY, byte_offset, duplicate_keys, json_position};
 
 use super::{Domain, Tier, Tool};
 use crate::error::ManifestError;
@@ -134,34 +134,41 @@ pub fn parse_native(
 const NATIVE_JSON_ONLY: &str = " (a domain registered at run time is one native manifest: a JSON object with `name`; group arrays and TOML are manifest-file formats)";
 
 /// The manifest's text as a JSON value (TOML converted), or its syntax error at line:column.
-/// A duplicate object key does not stop the checks: it is returned beside the value (read
+/// Duplicate object keys do not stop the checks: each is returned beside the value (read
 /// with the last of the duplicates, as JSON parsers do), so the rest of the file is checked
-/// too; only the first duplicate is found.
+/// too.
 fn read(path: &str, text: &str, format: Format) -> Result<(Value, Vec<ManifestError>), Vec<ManifestError>> {
     // Editors on some systems write a byte-order mark; it is not part of the document.
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
-    let json_error = |e: serde_json::Error| {
-        let msg = e.to_string();
-        // serde_json appends " at line L column C"; the position goes in front instead.
-        let msg = msg.split(" at line ").next().unwrap_or(&msg).to_string();
-        let msg = if msg.starts_with(DUPLICATE_KEY) {
-            msg
-        } else {
-            format!("malformed JSON: {msg}")
-        };
-        err_at(path, Some(json_position(text, e.line(), e.column())), msg)
+    // Each duplicate key before byte `upto`, at its place.
+    let duplicates = |upto: usize| -> Vec<ManifestError> {
+        duplicate_keys(&text[..upto])
+            .into_iter()
+            .map(|(at, key)| {
+                err_at(
+                    path,
+                    Some(line_col(text, at)),
+                    format!("{DUPLICATE_KEY} `{key}` in a JSON object"),
+                )
+            })
+            .collect()
     };
     match format {
-        Format::Json => match serde_json::from_str::<Strict>(text) {
-            Ok(Strict(value)) => Ok((value, Vec::new())),
-            Err(e) if e.to_string().starts_with(DUPLICATE_KEY) => {
-                let duplicate = json_error(e);
-                match serde_json::from_str::<Value>(text) {
-                    Ok(value) => Ok((value, vec![duplicate])),
-                    Err(e) => Err(vec![duplicate, json_error(e)]),
-                }
+        Format::Json => match serde_json::from_str::<Value>(text) {
+            Ok(value) => Ok((value, duplicates(text.len()))),
+            Err(e) => {
+                // serde_json appends " at line L column C"; the position goes in front instead.
+                let msg = e.to_string();
+                let msg = msg.split(" at line ").next().unwrap_or(&msg).to_string();
+                let (line, column) = json_position(text, e.line(), e.column());
+                let mut errors = duplicates(byte_offset(text, line, column));
+                errors.push(err_at(
+                    path,
+                    Some((line, column)),
+                    format!("malformed JSON: {msg}"),
+                ));
+                Err(errors)
             }
-            Err(e) => Err(vec![json_error(e)]),
         },
         Format::Toml => {
             let table = toml::from_str::<toml::Table>(text).map_err(|e| {

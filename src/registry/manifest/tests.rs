@@ -1406,6 +1406,32 @@ fn a_duplicate_key_in_a_json_object_is_rejected_at_its_position() {
 }
 
 #[test]
+fn every_duplicate_key_is_reported_each_at_its_line() {
+    // Strings holding braces, commas and escaped quotes are no structure; a key spelled with
+    // an escape is the key it decodes to.
+    let text = concat!(
+        "{\"name\": \"x\", \"description\": \"a \\\"{\\\" , b\", \"description\": \"b\",\n",
+        " \"tools\": [{\"name\": \"t\", \"description\": \"d\", \"tier\": \"read\", \"tier\": \"read\"}],\n",
+        " \"keywords\": [\"k\"], \"key\\u0077ords\": [\"j\"]}"
+    );
+    let errors = load_errors(&[("d.json", text)]);
+    let listed = shown(&errors);
+    let found: Vec<(usize, &str)> = errors
+        .iter()
+        .map(|e| (e.position.unwrap().0, e.message.as_str()))
+        .collect();
+    assert_eq!(
+        found,
+        [
+            (1, "duplicate key `description` in a JSON object"),
+            (2, "duplicate key `tier` in a JSON object"),
+            (3, "duplicate key `keywords` in a JSON object"),
+        ],
+        "{listed}"
+    );
+}
+
+#[test]
 fn a_keyword_listed_twice_in_any_case_is_kept_once_as_first_spelled() {
     let d = parsed(
         "x.json",

@@ -1,72 +1,59 @@
-//! Reading manifest text: JSON with duplicate object keys refused, and parser positions as
+//! Reading manifest text: duplicate object keys in JSON found, and parser positions as
 //! 1-based line and character column.
-
-use serde_json::{Map, Value};
 
 /// How a duplicate key in a JSON object is reported (serde_json alone keeps the last one
 /// silently, so a repeated `"keywords"` would drop the first list unseen).
 pub(super) const DUPLICATE_KEY: &str = "duplicate key";
 
-/// A JSON value read with duplicate object keys refused, each reported at its line:column.
-pub(super) struct Strict(pub(super) Value);
-
-impl<'de> serde::Deserialize<'de> for Strict {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_any(StrictVisitor)
+/// Every object key of a JSON text that repeats an earlier key of the same object (compared
+/// as decoded strings, as a parser compares them), in document order, each with the byte
+/// offset of its closing quote, where a parser stops on it. A scan of the text's structure
+/// only: on a text with a syntax error, what precedes the error is what it reads.
+pub(super) fn duplicate_keys(text: &str) -> Vec<(usize, String)> {
+    /// An open object (its keys so far, and whether a key comes next) or array.
+    enum Open {
+        Object(std::collections::HashSet<String>, bool),
+        Array,
     }
-}
-
-struct StrictVisitor;
-
-impl<'de> serde::de::Visitor<'de> for StrictVisitor {
-    type Value = Strict;
-
-    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        f.write_str("any JSON value")
-    }
-    fn visit_bool<E>(self, v: bool) -> Result<Strict, E> {
-        Ok(Strict(Value::Bool(v)))
-    }
-    fn visit_i64<E>(self, v: i64) -> Result<Strict, E> {
-        Ok(Strict(Value::from(v)))
-    }
-    fn visit_u64<E>(self, v: u64) -> Result<Strict, E> {
-        Ok(Strict(Value::from(v)))
-    }
-    fn visit_f64<E>(self, v: f64) -> Result<Strict, E> {
-        Ok(Strict(
-            serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number),
-        ))
-    }
-    fn visit_str<E>(self, v: &str) -> Result<Strict, E> {
-        Ok(Strict(Value::String(v.to_string())))
-    }
-    fn visit_string<E>(self, v: String) -> Result<Strict, E> {
-        Ok(Strict(Value::String(v)))
-    }
-    fn visit_unit<E>(self) -> Result<Strict, E> {
-        Ok(Strict(Value::Null))
-    }
-    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Strict, A::Error> {
-        let mut items = Vec::new();
-        while let Some(Strict(v)) = seq.next_element()? {
-            items.push(v);
-        }
-        Ok(Strict(Value::Array(items)))
-    }
-    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Strict, A::Error> {
-        let mut obj = Map::new();
-        while let Some(key) = map.next_key::<String>()? {
-            if obj.contains_key(&key) {
-                return Err(serde::de::Error::custom(format!(
-                    "{DUPLICATE_KEY} `{key}` in a JSON object"
-                )));
+    let bytes = text.as_bytes();
+    let mut open: Vec<Open> = Vec::new();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'"' => {
+                let mut end = i + 1;
+                while end < bytes.len() && bytes[end] != b'"' {
+                    end += if bytes[end] == b'\\' { 2 } else { 1 };
+                }
+                if let Some(Open::Object(keys, key_next)) = open.last_mut()
+                    && *key_next
+                {
+                    *key_next = false;
+                    let raw = &text[i..=end.min(bytes.len() - 1)];
+                    let key = serde_json::from_str::<String>(raw)
+                        .unwrap_or_else(|_| raw.trim_matches('"').to_string());
+                    if !keys.insert(key.clone()) {
+                        out.push((end, key));
+                    }
+                }
+                i = end;
             }
-            let Strict(v) = map.next_value()?;
-            obj.insert(key, v);
+            b'{' => open.push(Open::Object(Default::default(), true)),
+            b'[' => open.push(Open::Array),
+            b'}' | b']' => {
+                open.pop();
+            }
+            b',' => {
+                if let Some(Open::Object(_, key_next)) = open.last_mut() {
+                    *key_next = true;
+                }
+            }
+            _ => {}
         }
-        Ok(Strict(Value::Object(obj)))
+        i += 1;
     }
+    out
 }
 
 /// serde_json's (line, byte column) of the last byte read, as a 1-based (line, character
@@ -93,4 +80,20 @@ pub(crate) fn line_col(text: &str, offset: usize) -> (usize, usize) {
     let line = before.matches('\n').count() + 1;
     let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
     (line, col)
+}
+
+/// The byte offset of a 1-based line and character column, as [`line_col`] gives them (the
+/// text's end for a place past it).
+pub(super) fn byte_offset(text: &str, line: usize, column: usize) -> usize {
+    let mut start = 0;
+    for _ in 1..line {
+        match text[start..].find('\n') {
+            Some(n) => start += n + 1,
+            None => return text.len(),
+        }
+    }
+    text[start..]
+        .char_indices()
+        .nth(column.saturating_sub(1))
+        .map_or(text.len(), |(i, _)| start + i)
 }
