@@ -166,6 +166,34 @@ fn mcp_annotations_follow_the_tier_and_an_unspecified_tier_has_none() {
 }
 
 #[test]
+fn schema_numbers_are_kept_as_the_manifest_wrote_them() {
+    let registry = Registry::from_sources([(
+        "n.json",
+        r#"{"name": "n", "tools": [{"name": "t", "description": "d", "input_schema":
+            {"type": "object", "properties": {"big": {"type": "integer",
+             "default": 12345678901234567890123, "maximum": 1e3, "minimum": -0.50}}}}]}"#,
+    )])
+    .unwrap();
+    let tool = &registry.domains()[0].tools[0];
+    // Digits as written, none lost to a float; only an exponent gets its sign spelled.
+    let written = r#""default":12345678901234567890123,"maximum":1e+3,"minimum":-0.50"#;
+    assert!(
+        tool.input_schema_json.contains(written),
+        "{}",
+        tool.input_schema_json
+    );
+    for format in [
+        Format::OpenAiChat,
+        Format::OpenAiResponses,
+        Format::Anthropic,
+        Format::Mcp,
+    ] {
+        let text = String::from_utf8(render(tool, format)).unwrap();
+        assert!(text.contains(written), "{format:?}: {text}");
+    }
+}
+
+#[test]
 fn a_gemini_tool_without_parameters_has_no_parameters() {
     let tool = Tool {
         name: "ping".into(),
