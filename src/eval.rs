@@ -24,6 +24,7 @@ use crate::router::{self, Activation, Inputs, Options, Reason};
 
 /// One labelled message.
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
 pub struct Labelled {
     /// The user's message.
     pub query: String,
@@ -171,9 +172,11 @@ pub fn evaluate(
         let decision = router::route(inputs, activation, None, &l.query, options);
         let micros = started.elapsed().as_secs_f64() * 1e6;
         let included: Vec<DomainId> = decision.domains.iter().map(|i| i.domain).collect();
+        // Each label once; one the registry does not have is never found.
         let mut found = 0;
         let mut oracle = core_tools;
         let mut wanted: Vec<DomainId> = Vec::new();
+        let mut missing: Vec<&str> = Vec::new();
         for name in &l.domains {
             match registry.find(name) {
                 Some(d) => {
@@ -187,18 +190,26 @@ pub fn evaluate(
                     }
                 }
                 None => {
+                    if !missing.contains(&name.as_str()) {
+                        missing.push(name);
+                    }
                     if !unknown.contains(name) {
                         unknown.push(name.clone());
                     }
                 }
             }
         }
-        let labels = l.domains.len().max(1);
+        let labels = wanted.len() + missing.len();
         outcomes.push((
             l.split.as_str(),
             Outcome {
-                strict: found == wanted.len() && wanted.len() == l.domains.len(),
-                soft: found as f64 / labels as f64,
+                strict: found == labels,
+                // No label: nothing to find, all of it found (as strict has it).
+                soft: if labels == 0 {
+                    1.0
+                } else {
+                    found as f64 / labels as f64
+                },
                 sent: decision
                     .domains
                     .iter()
@@ -288,5 +299,33 @@ mod tests {
         assert_eq!(report.registry_tools, 4);
         assert_eq!(all.tools_sent, (3 + 2 + 4 + 3) as f64 / 4.0);
         assert_eq!(all.registry_share, all.tools_sent / 4.0);
+
+        // A label given twice is one label; no label at all is nothing missed.
+        let labelled = [
+            label("alpha", &["a", "a"], "twice"),
+            label("alpha", &["zzz", "zzz", "a"], "twice"),
+            label("alpha", &[], "none"),
+        ];
+        let report = evaluate(inputs, &activation, &options, &labelled);
+        let twice = &report.splits["twice"];
+        assert_eq!((twice.strict_recall, twice.soft_recall), (0.5, 0.75));
+        let none = &report.splits["none"];
+        assert_eq!((none.strict_recall, none.soft_recall), (1.0, 1.0));
+    }
+
+    #[test]
+    fn a_labelled_line_with_an_unknown_field_is_refused_naming_its_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("q.jsonl");
+        std::fs::write(
+            &path,
+            "{\"query\": \"a\", \"domains\": [\"x\"]}\n{\"query\": \"b\", \"domains\": [], \"spilt\": \"dev\"}\n",
+        )
+        .unwrap();
+        let e = read_labelled(&path).unwrap_err().to_string();
+        assert!(
+            e.contains(":2: not a labelled message") && e.contains("unknown field `spilt`"),
+            "{e}"
+        );
     }
 }
