@@ -258,6 +258,13 @@ const STOP_WORDS: &[&str] = &[
     "cant",
 ];
 
+/// Whether a character is a Han ideograph (the CJK Unified Ideographs blocks and their
+/// compatibility forms).
+fn is_han(c: char) -> bool {
+    matches!(c,
+        '\u{3400}'..='\u{4DBF}' | '\u{4E00}'..='\u{9FFF}' | '\u{F900}'..='\u{FAFF}' | '\u{20000}'..='\u{323AF}')
+}
+
 /// A lowercase word and where it is in the text it came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Word {
@@ -296,10 +303,18 @@ impl Analyzer {
         }
     }
 
-    /// Whether a lowercase word is a stop word. A word without any letter (a number, a
-    /// single character) carries no routing information either.
+    /// Whether a lowercase word is a stop word. A word without any letter (a number) or of a
+    /// single character carries no routing information either, but for a Han character:
+    /// Chinese and Japanese are written without spaces, so each is a word of its own (UAX #29)
+    /// and carries meaning (pairs of them are the index's word pairs).
     pub(crate) fn is_stop(&self, word: &str) -> bool {
-        word.chars().count() < 2 || !word.chars().any(char::is_alphabetic) || self.stop.contains(word)
+        let mut chars = word.chars();
+        let one_letter = match (chars.next(), chars.next()) {
+            (Some(c), None) => !is_han(c),
+            (None, _) => true,
+            _ => false,
+        };
+        one_letter || !word.chars().any(char::is_alphabetic) || self.stop.contains(word)
     }
 
     /// The stem of a lowercase word.
@@ -661,6 +676,8 @@ mod tests {
             ("libraries library", &["librari", "librari"]),
             ("Pause the torrents", &["paus", "torrent"]),
             ("I want to know about 42", &[]),
+            // Han characters are words of their own; a lone Latin letter is not.
+            ("请重启容器 a", &["请", "重", "启", "容", "器"]),
         ];
         for (text, want) in cases {
             assert_eq!(&a.stems(text), want, "{text}");

@@ -324,3 +324,31 @@ fn a_query_word_joined_by_underscores_is_read_as_its_parts() {
         Some("garden")
     );
 }
+
+#[test]
+fn text_written_without_spaces_is_found_by_its_characters() {
+    let registry = Registry::from_sources([
+        (
+            "docker.json",
+            r#"{"name":"docker","tools":[{"name":"restart_container","description":"重启容器"}]}"#,
+        ),
+        (
+            "files.json",
+            r#"{"name":"files","tools":[{"name":"delete_file","description":"删除文件"}]}"#,
+        ),
+    ])
+    .unwrap();
+    let index = SearchIndex::new(&registry);
+    assert_eq!(
+        ranked(&registry, &index, "请重启容器")
+            .first()
+            .map(String::as_str),
+        Some("docker")
+    );
+    assert_eq!(
+        ranked(&registry, &index, "删除这个文件")
+            .first()
+            .map(String::as_str),
+        Some("files")
+    );
+}
