@@ -325,16 +325,7 @@ impl Config {
     /// # Errors
     /// `Config` naming the setting and what to do.
     pub fn validate(&self) -> Result<()> {
-        let sqlite = self
-            .database
-            .get(..7)
-            .is_some_and(|s| s.eq_ignore_ascii_case("sqlite:"));
-        if !(sqlite || crate::db::is_postgres(&self.database)) {
-            return Err(Error::Config(format!(
-                "database URL {:?} is neither sqlite://FILE nor postgres://USER:PASSWORD@HOST/DB",
-                crate::db::redact_url(&self.database)
-            )));
-        }
+        crate::db::check_url(&self.database)?;
         if self.auth_token.as_deref().is_some_and(|t| t.trim().is_empty()) {
             return Err(Error::Config(
                 "the auth token is empty; give a token or leave it unset".into(),
@@ -370,7 +361,7 @@ impl Config {
                 "TLS needs both --tls-cert and --tls-key (PEM files)".into(),
             ));
         }
-        if self.metrics_listen == Some(self.listen) {
+        if self.listen.port() != 0 && self.metrics_listen == Some(self.listen) {
             return Err(Error::Config(format!(
                 "metrics_listen and listen are both {}: metrics need an address of their own",
                 self.listen
@@ -410,6 +401,7 @@ impl Config {
             ("request_timeout", self.request_timeout),
             ("settings_ttl", self.settings_ttl),
             ("handshake_timeout", self.handshake_timeout),
+            ("conversation_ttl", self.conversation_ttl),
         ] {
             if value.is_zero() {
                 return Err(Error::Config(format!("{key} must be more than zero")));
@@ -738,7 +730,6 @@ max_tools = 40
             "sqlite://t.db",
             "sqlite:t.db",
             "SQLITE:///tmp/t.db?mode=rwc",
-            "sqlite::memory:",
             "postgres://u:p@h/d",
             "postgresql://h/d",
         ] {
@@ -748,6 +739,32 @@ max_tools = 40
             };
             assert!(c.validate().is_ok(), "{url}");
         }
+        for url in ["sqlite::memory:", "sqlite://t.db?mode=memory"] {
+            let c = Config {
+                database: url.into(),
+                ..Config::default()
+            };
+            let e = c.validate().unwrap_err().to_string();
+            assert!(
+                e.contains("is an in-memory database") && e.contains("sqlite://FILE"),
+                "{url}: {e}"
+            );
+        }
+        let c = Config {
+            conversation_ttl: Duration::ZERO,
+            ..Config::default()
+        };
+        assert_eq!(
+            c.validate().unwrap_err().to_string(),
+            "conversation_ttl must be more than zero"
+        );
+        let ephemeral: std::net::SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let c = Config {
+            listen: ephemeral,
+            metrics_listen: Some(ephemeral),
+            ..Config::default()
+        };
+        assert!(c.validate().is_ok(), "two ephemeral ports are two ports");
     }
 
     #[test]

@@ -74,6 +74,12 @@ pub(super) async fn settings(
     let daemon_postgres = daemon
         .as_ref()
         .filter(|d| d.database_path.is_empty() && crate::db::is_postgres(&d.database));
+    // A value the daemon would ignore is refused before anything is written.
+    if let SettingsAction::Set { key, value } = &action
+        && let Some(why) = crate::router::refused_setting(key, value)
+    {
+        return Err(Failure::config(format!("{why}; nothing written")));
+    }
     let database = match (&opts.database, &daemon) {
         (Some(db), _) => db.clone(),
         // The daemon reports its PostgreSQL URL without credentials, which only the caller has.
@@ -87,6 +93,7 @@ pub(super) async fn settings(
         (None, Some(d)) if !d.database_path.is_empty() => format!("sqlite://{}", d.database_path),
         (None, _) => DEFAULT_DATABASE.to_string(),
     };
+    crate::db::check_url(&database)?;
     let file = crate::db::database_file(&database)?;
     // What the daemon uses and what this would write, as each names it: a file by its
     // absolute path, a server by its URL without credentials.

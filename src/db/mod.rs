@@ -51,6 +51,29 @@ pub fn is_postgres(url: &str) -> bool {
     scheme.eq_ignore_ascii_case("postgres") || scheme.eq_ignore_ascii_case("postgresql")
 }
 
+/// Checks what a database URL names: a SQLite file (`sqlite://FILE`, `sqlite:FILE`) or a
+/// PostgreSQL server. An in-memory SQLite database is refused: no settings UI can write it,
+/// and it ends with the process.
+///
+/// # Errors
+/// `Config` saying which URLs are taken.
+pub fn check_url(url: &str) -> Result<()> {
+    let sqlite = url.get(..7).is_some_and(|s| s.eq_ignore_ascii_case("sqlite:"));
+    if !(sqlite || is_postgres(url)) {
+        return Err(Error::Config(format!(
+            "database URL {:?} is neither sqlite://FILE nor postgres://USER:PASSWORD@HOST/DB",
+            redact_url(url)
+        )));
+    }
+    if sqlite && (url.contains(":memory:") || url.contains("mode=memory")) {
+        return Err(Error::Config(format!(
+            "database URL {url:?} is an in-memory database, which no settings UI can write and \
+             which ends with the daemon: name a file, sqlite://FILE"
+        )));
+    }
+    Ok(())
+}
+
 /// The file a SQLite URL names, made absolute against the working directory (and with links
 /// resolved when it exists), so two processes in different directories can compare it;
 /// `None` for an in-memory database or a PostgreSQL URL.

@@ -72,6 +72,15 @@ impl Snapshot {
     }
 }
 
+/// Why a value for the settings key `key` would be ignored, if it would: only
+/// [`DISABLED_TOOLS_KEY`]'s values have a form (a JSON array of tool names or globs; empty is
+/// none), for a settings editor to check before writing.
+pub fn refused_setting(key: &str, value: &str) -> Option<String> {
+    (key == DISABLED_TOOLS_KEY && !value.trim().is_empty())
+        .then(|| disabled_tools(value).err())
+        .flatten()
+}
+
 /// Parses the disabled-tools value: a JSON array of non-empty tool names or globs.
 fn disabled_tools(value: &str) -> Result<Patterns, String> {
     let names: Vec<String> = serde_json::from_str(value)

@@ -412,6 +412,59 @@ async fn settings_takes_a_daemon_that_never_answers_for_no_daemon() {
 }
 
 #[tokio::test]
+async fn settings_refuses_a_value_the_daemon_would_ignore_and_a_url_it_cannot_use() {
+    let dir = temp_dir();
+    let db = dir.path().join("t.db");
+    let url = sqlite_url(&db);
+    let base = ["settings", "--addr", "127.0.0.1:1", "--timeout", "1s"];
+    let refused: &[(&[&str], &str)] = &[
+        (
+            &[
+                "--database",
+                &url,
+                "--create",
+                "set",
+                "toolrouter.disabled_tools",
+                "docker_*,sys_uptime",
+            ],
+            "`toolrouter.disabled_tools` must be a JSON array of tool names or globs",
+        ),
+        (
+            &["--database", "mysql://x/y", "--create", "set", "k", "v"],
+            "neither sqlite://FILE nor postgres://",
+        ),
+        (
+            &["--database", "sqlite::memory:", "set", "k", "v"],
+            "is an in-memory database",
+        ),
+    ];
+    for (args, want) in refused {
+        let out = run(dir.path(), &[&base[..], args].concat()).await;
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", shown(&out));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(want), "{args:?}: {stderr}");
+        assert!(!db.exists(), "{args:?}: nothing written");
+    }
+    let out = run(
+        dir.path(),
+        &[
+            &base[..],
+            &[
+                "--database",
+                &url,
+                "--create",
+                "set",
+                "toolrouter.disabled_tools",
+                r#"["docker_*"]"#,
+            ],
+        ]
+        .concat(),
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", shown(&out));
+}
+
+#[tokio::test]
 async fn settings_refuses_a_database_that_does_not_exist_unless_create() {
     let dir = temp_dir();
     let missing = dir.path().join("nonexist").join("x.db");

@@ -245,7 +245,13 @@ async fn a_non_loopback_address_without_a_token_is_refused_with_what_to_do() {
     let dir = temp_dir();
     let out = run(
         dir.path(),
-        &["serve", "--listen", "0.0.0.0:0", "--database", "sqlite::memory:"],
+        &[
+            "serve",
+            "--listen",
+            "0.0.0.0:0",
+            "--database",
+            "sqlite://never.db",
+        ],
     )
     .await;
     assert_eq!(out.status.code(), Some(2), "{}", shown(&out));
@@ -267,16 +273,17 @@ async fn bad_database_urls_and_tls_files_are_bad_configuration_exit_2() {
     let garbage = dir.path().join("garbage.pem");
     std::fs::write(&garbage, "not a certificate").unwrap();
     let garbage = garbage.to_str().unwrap();
-    let cases: [(&[&str], &str); 4] = [
+    let cases: [(&[&str], &str); 5] = [
         (
             &["--database", "mysql://x/y"],
             "neither sqlite://FILE nor postgres://",
         ),
         (&["--database", ""], "neither sqlite://FILE nor postgres://"),
+        (&["--database", "sqlite::memory:"], "is an in-memory database"),
         (
             &[
                 "--database",
-                "sqlite::memory:",
+                "sqlite://never.db",
                 "--tls-cert",
                 missing,
                 "--tls-key",
@@ -287,7 +294,7 @@ async fn bad_database_urls_and_tls_files_are_bad_configuration_exit_2() {
         (
             &[
                 "--database",
-                "sqlite::memory:",
+                "sqlite://never.db",
                 "--tls-cert",
                 garbage,
                 "--tls-key",
