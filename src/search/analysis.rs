@@ -256,6 +256,18 @@ const STOP_WORDS: &[&str] = &[
     "youre",
     "dont",
     "cant",
+    // Greetings and farewells, and the small words around them.
+    "good",
+    "morning",
+    "afternoon",
+    "evening",
+    "day",
+    "today",
+    "later",
+    "back",
+    "one",
+    "question",
+    "talk",
 ];
 
 /// Whether a character is a Han ideograph (the CJK Unified Ideographs blocks and their
