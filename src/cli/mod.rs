@@ -99,7 +99,8 @@ pub enum Command {
         #[command(flatten)]
         client: ClientArgs,
     },
-    /// Measure routing on labelled messages, in-process (no daemon needed).
+    /// Measure routing on labelled messages, in-process (no daemon needed): what routing
+    /// chose, before any budget (`--max-tools`, `--token-budget` are not applied).
     Eval(Box<EvalArgs>),
     /// Help for manifest authors.
     Keywords {
