@@ -556,6 +556,16 @@ const SEARCH_CASES: &[Case] = &[
         new_hits: &[],
     },
     Case {
+        rule: "greetings and farewells have no search hit either",
+        policy: ALL,
+        mode: SearchMode::Augment,
+        conversation: None,
+        message: "Good morning! How are you doing today? Nice one, talk to you later.",
+        domains: ACTIVE_FALLBACK,
+        fallback: true,
+        new_hits: &[],
+    },
+    Case {
         rule: "search off is keyword routing",
         policy: ALL,
         mode: SearchMode::Off,

@@ -111,6 +111,39 @@ async fn load_puts_the_top_groups_into_the_conversation_before_answering(backend
     again.stop().await;
 }
 
+/// Small talk routes nothing by search (SPEC §8): each of these falls back, and a conversation
+/// that starts with them keeps its fallback.
+#[tokio::test]
+async fn small_talk_has_no_search_hit_and_leaves_nothing_sticky() {
+    let mut app = TestApp::builder().spawn().await;
+    for d in toolrouter::registry::Registry::demo().domains() {
+        for k in &d.settings_keys {
+            app.set(k, "x").await;
+        }
+    }
+    for message in [
+        "hi",
+        "thanks!",
+        "ok do it",
+        "how are you doing today?",
+        "have a nice day",
+        "good evening",
+        "talk to you later",
+        "I'm back",
+        "Thanks for everything today",
+        "nice one",
+        "I have a question",
+    ] {
+        let r = app.route(message, "small-talk").await;
+        assert!(
+            r.fallback && !decisions(&r).iter().any(|(_, why, _)| *why == "REASON_SEARCH"),
+            "{message:?}: {:?}",
+            decisions(&r)
+        );
+    }
+    app.stop().await;
+}
+
 /// Groups one `SearchTools` call loads join the conversation as domains joining on one turn
 /// do: by name, whatever their rank.
 #[tokio::test]
