@@ -372,22 +372,41 @@ impl Registry {
     ) -> Result<Registry, ManifestErrors> {
         let mut domains = Vec::new();
         let mut errors = Vec::new();
+        // Per file in order: its domain (an index into `domains`), or what a file that failed
+        // still says of its names.
+        let mut files: Vec<Result<usize, (String, String, Vec<String>)>> = Vec::new();
         for (path, text) in sources {
             match manifest::parse(path, text) {
-                Ok(d) => domains.push(d),
-                Err(mut e) => errors.append(&mut e),
+                Ok(d) => {
+                    files.push(Ok(domains.len()));
+                    domains.push(d);
+                }
+                Err(mut e) => {
+                    errors.append(&mut e);
+                    if let Some((name, tools)) = manifest::names(path, text) {
+                        files.push(Err((name, path.to_string(), tools)));
+                    }
+                }
             }
         }
-        // Cross-file checks run over the files that parsed, so one broken file does not hide
-        // a duplicate between two others.
-        match Registry::new(domains) {
-            Ok(registry) if errors.is_empty() => Ok(registry),
-            Ok(_) => Err(ManifestErrors(errors)),
-            Err(ManifestErrors(mut cross)) => {
-                errors.append(&mut cross);
-                Err(ManifestErrors(errors))
-            }
+        if errors.is_empty() {
+            return Registry::new(domains);
         }
+        // Cross-file checks run over every file whose names can be read, so a file broken in
+        // another way neither hides a duplicate of its own nor one between two others.
+        let names: Vec<Names<'_>> = files
+            .iter()
+            .map(|f| match f {
+                Ok(i) => Names::of(&domains[*i]),
+                Err((name, source, tools)) => Names {
+                    name,
+                    source,
+                    tools: tools.iter().map(String::as_str).collect(),
+                },
+            })
+            .collect();
+        errors.extend(conflicts_of(&names));
+        Err(ManifestErrors(errors))
     }
 
     /// The built-in demo registry (a home-server assistant), validated like any manifests.
@@ -456,37 +475,61 @@ impl Registry {
     }
 }
 
+/// What the checks across domains read of one: its name, where it is defined and its tools'
+/// names.
+struct Names<'a> {
+    name: &'a str,
+    source: &'a str,
+    tools: Vec<&'a str>,
+}
+
+impl<'a> Names<'a> {
+    fn of(d: &'a Domain) -> Self {
+        Names {
+            name: &d.name,
+            source: &d.source,
+            tools: d.tools.iter().map(|t| t.name.as_str()).collect(),
+        }
+    }
+}
+
 /// What spans domains: a domain name defined twice (both places named) and a tool name used
 /// twice, in one domain or in two (both domains and places named). A problem is reported at
 /// the later of the two domains, in the order given.
 fn conflicts(domains: &[Domain]) -> Vec<ManifestError> {
+    conflicts_of(&domains.iter().map(Names::of).collect::<Vec<_>>())
+}
+
+/// [`conflicts`] over the names alone.
+fn conflicts_of(domains: &[Names<'_>]) -> Vec<ManifestError> {
     let mut errors = Vec::new();
-    let mut seen_domains: HashMap<&str, &Domain> = HashMap::new();
-    let mut seen_tools: HashMap<&str, &Domain> = HashMap::new();
-    for d in domains {
-        if let Some(first) = seen_domains.insert(&d.name, d) {
+    let mut seen_domains: HashMap<&str, usize> = HashMap::new();
+    let mut seen_tools: HashMap<&str, usize> = HashMap::new();
+    for (i, d) in domains.iter().enumerate() {
+        if let Some(first) = seen_domains.insert(d.name, i) {
             errors.push(ManifestError {
-                path: d.source.clone(),
+                path: d.source.to_string(),
                 position: None,
                 message: format!(
                     "domain `{}` is defined twice: in {} and in {}",
-                    d.name, first.source, d.source
+                    d.name, domains[first].source, d.source
                 ),
             });
-            seen_domains.insert(&first.name, first);
+            seen_domains.insert(d.name, first);
         }
-        for t in &d.tools {
-            if let Some(other) = seen_tools.insert(&t.name, d) {
-                let message = if std::ptr::eq(other, d) {
-                    format!("tool `{}` appears twice in domain `{}`", t.name, d.name)
+        for &t in &d.tools {
+            if let Some(other) = seen_tools.insert(t, i) {
+                let message = if other == i {
+                    format!("tool `{t}` appears twice in domain `{}`", d.name)
                 } else {
+                    let o = &domains[other];
                     format!(
-                        "tool `{}` is defined in two domains: `{}` ({}) and `{}` ({})",
-                        t.name, other.name, other.source, d.name, d.source
+                        "tool `{t}` is defined in two domains: `{}` ({}) and `{}` ({})",
+                        o.name, o.source, d.name, d.source
                     )
                 };
                 errors.push(ManifestError {
-                    path: d.source.clone(),
+                    path: d.source.to_string(),
                     position: None,
                     message,
                 });

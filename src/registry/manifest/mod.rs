@@ -80,6 +80,33 @@ pub fn parse(path: &str, text: &str) -> Result<Domain, Vec<ManifestError>> {
     with_found(found, validate(path, value, format))
 }
 
+/// What a manifest that failed validation still says of its names, for the checks across
+/// files: its domain's name (a group array's, its file's) and its tools' names; `None` when
+/// the text cannot be read or names no domain.
+pub fn names(path: &str, text: &str) -> Option<(String, Vec<String>)> {
+    let format = Format::of(Path::new(path)).unwrap_or(Format::Json);
+    let (value, _) = read(path, text, format).ok()?;
+    let tool_name = |t: &Value| t.get("name").and_then(Value::as_str).map(str::to_string);
+    match value {
+        Value::Object(o) => {
+            let tools = o.get("tools").and_then(Value::as_array);
+            Some((
+                o.get("name")?.as_str()?.to_string(),
+                tools.map_or_else(Vec::new, |t| t.iter().filter_map(tool_name).collect()),
+            ))
+        }
+        Value::Array(items) if format == Format::Json => Some((
+            Path::new(path).file_stem()?.to_str()?.to_string(),
+            items
+                .iter()
+                .filter(|i| i.get("_meta").is_none())
+                .filter_map(tool_name)
+                .collect(),
+        )),
+        _ => None,
+    }
+}
+
 /// A validation's result after the problems [`read`] found without stopping: those first.
 fn with_found(
     mut found: Vec<ManifestError>,

@@ -1531,6 +1531,31 @@ fn a_broken_file_does_not_hide_a_duplicate_between_two_others() {
     assert!(err.0[1].message.contains("b.json") && err.0[1].message.contains("c.json"));
 }
 
+#[test]
+fn a_file_invalid_in_another_way_still_has_its_names_checked_against_the_others() {
+    let err = crate::registry::Registry::from_sources([
+        ("a.json", r#"{"name":"schema","tools":[{"name":"t1","description":"d"}]}"#),
+        (
+            "b.json",
+            r#"{"name":"schema","tools":[{"name":"t1","description":"d","tier":"x"},{"name":"t2","description":"d"},{"name":"t2","description":"d"}]}"#,
+        ),
+        ("c.json", r#"[{"name":"t3","description":"d","tier":"nope"}]"#),
+        ("d.json", r#"{"name":"c","tools":[{"name":"t3","description":"d"}]}"#),
+    ])
+    .unwrap_err();
+    let listed = err.to_string();
+    for want in [
+        "tier",
+        "domain `schema` is defined twice: in a.json and in b.json",
+        "tool `t1` is defined in two domains: `schema` (a.json) and `schema` (b.json)",
+        "tool `t2` appears twice in domain `schema`",
+        "domain `c` is defined twice: in c.json and in d.json",
+        "tool `t3` is defined in two domains: `c` (c.json) and `c` (d.json)",
+    ] {
+        assert!(listed.contains(want), "{want:?} in:\n{listed}");
+    }
+}
+
 // Manifests without a file (domains registered at run time).
 
 /// `parse_native` with the labels the daemon uses for a request.
