@@ -374,17 +374,21 @@ impl Registry {
         let mut errors = Vec::new();
         // Per file in order: its domain (an index into `domains`), or what a file that failed
         // still says of its names.
-        let mut files: Vec<Result<usize, (String, String, Vec<String>)>> = Vec::new();
+        let mut files: Vec<Read> = Vec::new();
         for (path, text) in sources {
             match manifest::parse(path, text) {
                 Ok(d) => {
-                    files.push(Ok(domains.len()));
+                    files.push(Read::Parsed(domains.len()));
                     domains.push(d);
                 }
                 Err(mut e) => {
                     errors.append(&mut e);
                     if let Some((name, tools)) = manifest::names(path, text) {
-                        files.push(Err((name, path.to_string(), tools)));
+                        files.push(Read::Failed {
+                            name,
+                            source: path.to_string(),
+                            tools,
+                        });
                     }
                 }
             }
@@ -397,8 +401,8 @@ impl Registry {
         let names: Vec<Names<'_>> = files
             .iter()
             .map(|f| match f {
-                Ok(i) => Names::of(&domains[*i]),
-                Err((name, source, tools)) => Names {
+                Read::Parsed(i) => Names::of(&domains[*i]),
+                Read::Failed { name, source, tools } => Names {
                     name,
                     source,
                     tools: tools.iter().map(String::as_str).collect(),
@@ -473,6 +477,17 @@ impl Registry {
     pub fn version(&self) -> u64 {
         self.version
     }
+}
+
+/// One manifest file of a load: its domain (an index), or the names a file that failed
+/// validation still gives.
+enum Read {
+    Parsed(usize),
+    Failed {
+        name: String,
+        source: String,
+        tools: Vec<String>,
+    },
 }
 
 /// What the checks across domains read of one: its name, where it is defined and its tools'
