@@ -867,6 +867,13 @@ impl SearchIndex {
     /// by the share of the domain's tools that hold them times their IDF outside it (SPEC §8
     /// `keywords suggest`).
     pub(crate) fn suggest_keywords(&self, registry: &Registry, limit: usize) -> Vec<Vec<(String, f32)>> {
+        // A word a user would say: letters, digits and hyphens, three characters at least
+        // (a Han character is a word alone), not an abbreviation (`e.g`) or an identifier
+        // (`light.living`).
+        fn typable(word: &str) -> bool {
+            word.chars().all(|c| c.is_alphanumeric() || c == '-')
+                && (word.chars().count() >= 3 || !word.is_ascii())
+        }
         let n = self.tool_domain.len() as f32;
         registry
             .domains()
@@ -899,7 +906,7 @@ impl SearchIndex {
                         let idf = ((n - size + 1.0) / (outside + 1.0)).ln();
                         let word = &self.term_words[term as usize];
                         let stem = self.analyzer.stem(word);
-                        (idf > 0.0 && !covered.iter().any(|c| c == stem.as_ref()))
+                        (idf > 0.0 && typable(word) && !covered.iter().any(|c| c == stem.as_ref()))
                             .then(|| (word.clone(), inside / size * idf))
                     })
                     .collect();

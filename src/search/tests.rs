@@ -352,3 +352,29 @@ fn text_written_without_spaces_is_found_by_its_characters() {
         Some("files")
     );
 }
+
+#[test]
+fn keyword_suggestions_are_words_a_user_would_say() {
+    let registry = Registry::from_sources([
+        (
+            "lights.json",
+            r#"{"name":"lights","tools":[
+                {"name":"dim","description":"Dim a lamp, e.g. light.living, re lamp"},
+                {"name":"brighten","description":"Brighten a lamp, e.g. light.living, re lamp"}]}"#,
+        ),
+        (
+            "other.json",
+            r#"{"name":"other","tools":[{"name":"x","description":"Something else entirely"}]}"#,
+        ),
+    ])
+    .unwrap();
+    let index = SearchIndex::new(&registry);
+    let suggested: Vec<String> = index.suggest_keywords(&registry, 10)[0]
+        .iter()
+        .map(|(w, _)| w.clone())
+        .collect();
+    assert!(suggested.contains(&"lamp".to_string()), "{suggested:?}");
+    for junk in ["e.g", "light.living", "re"] {
+        assert!(!suggested.contains(&junk.to_string()), "{junk}: {suggested:?}");
+    }
+}
