@@ -47,7 +47,10 @@ pub(crate) fn read_labelled(path: &Path) -> Result<Vec<Labelled>> {
         context: format!("cannot read {}", path.display()),
         source,
     })?;
-    text.lines()
+    // Editors on some systems start a file with a byte-order mark; it is not part of a line.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
+    let labelled = text
+        .lines()
         .enumerate()
         .filter(|(_, l)| !l.trim().is_empty())
         .map(|(i, l)| {
@@ -59,7 +62,14 @@ pub(crate) fn read_labelled(path: &Path) -> Result<Vec<Labelled>> {
                 ))
             })
         })
-        .collect()
+        .collect::<Result<Vec<Labelled>>>()?;
+    if labelled.is_empty() {
+        return Err(Error::Config(format!(
+            "{}: no labelled message in it (one JSON object per line)",
+            path.display()
+        )));
+    }
+    Ok(labelled)
 }
 
 /// The figures for one split (or all of them).
@@ -327,5 +337,14 @@ mod tests {
             e.contains(":2: not a labelled message") && e.contains("unknown field `spilt`"),
             "{e}"
         );
+        std::fs::write(&path, "\u{feff}{\"query\": \"a\", \"domains\": [\"x\"]}\n").unwrap();
+        assert_eq!(
+            read_labelled(&path).unwrap().len(),
+            1,
+            "a byte-order mark is not part of the line"
+        );
+        std::fs::write(&path, "\n  \n").unwrap();
+        let e = read_labelled(&path).unwrap_err().to_string();
+        assert!(e.contains("no labelled message in it"), "{e}");
     }
 }

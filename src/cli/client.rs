@@ -371,6 +371,8 @@ pub(super) async fn groups(args: &ClientArgs) -> Result<(), Failure> {
             })
             .collect();
         print_table(&["GROUP", "ACTIVE", "CORE", "TOOLS", "SETTINGS KEYS"], &rows);
+        // The prompt section a chat backend adds to the system prompt.
+        out!("\n{}", r.prompt_section);
     };
     let request = proto::ListGroupsRequest {
         profile: args.profile(),
