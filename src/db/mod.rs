@@ -65,7 +65,7 @@ pub fn check_url(url: &str) -> Result<()> {
             redact_url(url)
         )));
     }
-    if sqlite && (url.contains(":memory:") || url.contains("mode=memory")) {
+    if sqlite && matches!(sqlite::file_of(url), Ok(None)) {
         return Err(Error::Config(format!(
             "database URL {url:?} is an in-memory database, which no settings UI can write and \
              which ends with the daemon: name a file, sqlite://FILE"

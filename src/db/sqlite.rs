@@ -75,7 +75,8 @@ fn file_id(path: &Path) -> std::io::Result<FileId> {
 pub(super) fn file_of(url: &str) -> Result<Option<PathBuf>> {
     let options = SqliteConnectOptions::from_str(url)?;
     let filename = options.get_filename();
-    if filename.as_os_str() == ":memory:" || url.contains("mode=memory") {
+    // sqlx names `sqlite::memory:` a shared `file:sqlx-in-memory-N`, so the URL tells.
+    if filename.as_os_str() == ":memory:" || url.contains(":memory:") || url.contains("mode=memory") {
         return Ok(None);
     }
     Ok(Some(filename.to_path_buf()))
