@@ -415,10 +415,11 @@ impl tonic_health::pb::health_server::Health for DrainingHealth {
     }
 }
 
-/// The TLS configuration for `config`, if it names a certificate and key.
+/// The TLS configuration for `config`, if it names a certificate and key, checked to make a
+/// server identity.
 ///
 /// # Errors
-/// `Config` naming a file that cannot be read.
+/// `Config` naming a file that cannot be read, or saying the pair makes no identity.
 pub fn tls(config: &Config) -> Result<Option<ServerTlsConfig>> {
     let (Some(cert), Some(key)) = (&config.tls_cert, &config.tls_key) else {
         return Ok(None);
@@ -426,14 +427,18 @@ pub fn tls(config: &Config) -> Result<Option<ServerTlsConfig>> {
     let read = |p: &std::path::Path| {
         std::fs::read(p).map_err(|e| Error::Config(format!("cannot read TLS file {}: {e}", p.display())))
     };
-    Ok(Some(
-        ServerTlsConfig::new().identity(Identity::from_pem(read(cert)?, read(key)?)),
-    ))
+    let tls = ServerTlsConfig::new().identity(Identity::from_pem(read(cert)?, read(key)?));
+    Server::builder().tls_config(tls.clone()).map_err(|e| {
+        Error::Config(format!(
+            "--tls-cert and --tls-key do not make a server identity: {e}"
+        ))
+    })?;
+    Ok(Some(tls))
 }
 
 /// Serves until `shutdown` resolves, then drains in-flight calls (for at most the drain
-/// timeout) and closes the database. `tls` is [`tls`]'s answer for `config`, read once by
-/// the caller, which checks it before anything starts.
+/// timeout) and closes the database. `tls` is [`tls`]'s answer for `config`, read and
+/// checked once by the caller before anything starts.
 ///
 /// # Errors
 /// A TLS configuration that makes no server identity, a transport failure, or a reflection

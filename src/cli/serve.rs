@@ -276,15 +276,6 @@ pub(super) async fn serve(args: &ServeArgs) -> Result<(), Failure> {
     // TLS files that cannot be read or do not make a server identity are bad configuration,
     // found before anything starts.
     let tls = crate::server::tls(&config)?;
-    if let Some(tls) = &tls {
-        tonic::transport::Server::builder()
-            .tls_config(tls.clone())
-            .map_err(|e| {
-                Failure::config(format!(
-                    "--tls-cert and --tls-key do not make a server identity: {e}"
-                ))
-            })?;
-    }
     init_tracing(config.log_format);
     crate::server::keep_freed_buffers();
     // The token counter's tables take about 70 ms to build: build them while the manifests
