@@ -51,6 +51,12 @@ pub(super) async fn settings(
 ) -> Result<(), Failure> {
     let addr = &conn.addr;
     let writes = !matches!(action, SettingsAction::List);
+    // A value the daemon would ignore is refused before the daemon is asked or anything written.
+    if let SettingsAction::Set { key, value } = &action
+        && let Some(why) = crate::router::refused_setting(key, value)
+    {
+        return Err(Failure::config(format!("{why}; nothing written")));
+    }
     // Which database the daemon at --addr uses, when one answers. A daemon that answers but
     // will not say (it wants a token, or speaks TLS) is not "no daemon": without --database
     // this could write a database it does not use.
@@ -74,12 +80,6 @@ pub(super) async fn settings(
     let daemon_postgres = daemon
         .as_ref()
         .filter(|d| d.database_path.is_empty() && crate::db::is_postgres(&d.database));
-    // A value the daemon would ignore is refused before anything is written.
-    if let SettingsAction::Set { key, value } = &action
-        && let Some(why) = crate::router::refused_setting(key, value)
-    {
-        return Err(Failure::config(format!("{why}; nothing written")));
-    }
     let database = match (&opts.database, &daemon) {
         (Some(db), _) => db.clone(),
         // The daemon reports its PostgreSQL URL without credentials, which only the caller has.
