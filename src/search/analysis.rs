@@ -272,7 +272,7 @@ const STOP_WORDS: &[&str] = &[
 
 /// Whether a character is a Han ideograph (the CJK Unified Ideographs blocks and their
 /// compatibility forms).
-fn is_han(c: char) -> bool {
+pub(crate) fn is_han(c: char) -> bool {
     matches!(c,
         '\u{3400}'..='\u{4DBF}' | '\u{4E00}'..='\u{9FFF}' | '\u{F900}'..='\u{FAFF}' | '\u{20000}'..='\u{323AF}')
 }

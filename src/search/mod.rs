@@ -872,7 +872,7 @@ impl SearchIndex {
         // (`light.living`).
         fn typable(word: &str) -> bool {
             word.chars().all(|c| c.is_alphanumeric() || c == '-')
-                && (word.chars().count() >= 3 || !word.is_ascii())
+                && (word.chars().count() >= 3 || word.chars().any(analysis::is_han))
         }
         let n = self.tool_domain.len() as f32;
         registry
