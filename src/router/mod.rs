@@ -299,10 +299,7 @@ pub fn route(
                     ..included(&hits[i])
                 });
             } else if m.loaded {
-                domains.push(Included {
-                    loaded: true,
-                    ..because(d, Reason::Loaded)
-                });
+                domains.push(because(d, Reason::Loaded));
             } else if m.hit {
                 domains.push(because(d, Reason::Sticky));
             }
@@ -343,7 +340,7 @@ fn because(domain: DomainId, reason: Reason) -> Included {
         domain,
         reason,
         matched: 0..0,
-        loaded: false,
+        loaded: reason == Reason::Loaded,
     }
 }
 
