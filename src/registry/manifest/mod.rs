@@ -202,12 +202,12 @@ fn read(path: &str, text: &str, format: Format) -> Result<(Value, Vec<ManifestEr
                 let pos = e.span().map(|s| line_col(text, s.start));
                 vec![err_at(path, pos, format!("malformed TOML: {}", e.message()))]
             })?;
-            let mut dates = Vec::new();
-            let value = toml_to_json(toml::Value::Table(table), &mut String::new(), &mut dates);
-            if dates.is_empty() {
+            let mut unjson = Vec::new();
+            let value = toml_to_json(toml::Value::Table(table), &mut String::new(), &mut unjson);
+            if unjson.is_empty() {
                 Ok((value, Vec::new()))
             } else {
-                Err(dates
+                Err(unjson
                     .into_iter()
                     .map(|(at, what)| {
                         err(
