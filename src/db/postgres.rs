@@ -193,10 +193,17 @@ async fn subscribe(pool: &PgPool, channel: &str) -> sqlx::Result<PgListener> {
 
 // The statements.
 
+/// Every row, each value as text whatever the column's type (a table a settings UI created
+/// may hold numbers); a NULL key or value is no setting.
 pub(super) async fn read_settings(pool: &PgPool) -> sqlx::Result<Vec<(String, String)>> {
-    sqlx::query_as("SELECT key, value FROM settings")
-        .fetch_all(pool)
-        .await
+    let rows: Vec<(Option<String>, Option<String>)> =
+        sqlx::query_as("SELECT key::text, value::text FROM settings")
+            .fetch_all(pool)
+            .await?;
+    Ok(rows
+        .into_iter()
+        .filter_map(|(key, value)| Some((key?, value?)))
+        .collect())
 }
 
 pub(super) async fn set_setting(pool: &PgPool, key: &str, value: &str) -> sqlx::Result<()> {

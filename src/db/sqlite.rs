@@ -190,10 +190,22 @@ impl Store {
 
 // The statements.
 
+/// Every row, each value as text whatever a settings UI stored (SQLite keeps what it is
+/// given, a number or bytes too): as bytes, read as UTF-8 (an invalid sequence replaced), so
+/// one odd row neither hides nor freezes the others. A NULL key or value is no setting.
 pub(super) async fn read_settings(pool: &SqlitePool) -> sqlx::Result<Vec<(String, String)>> {
-    sqlx::query_as("SELECT key, value FROM settings")
+    /// A key and its value, as bytes (NULL as `None`).
+    type Row = (Option<Vec<u8>>, Option<Vec<u8>>);
+    let rows: Vec<Row> = sqlx::query_as("SELECT CAST(key AS BLOB), CAST(value AS BLOB) FROM settings")
         .fetch_all(pool)
-        .await
+        .await?;
+    let text = |bytes: Vec<u8>| {
+        String::from_utf8(bytes).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+    };
+    Ok(rows
+        .into_iter()
+        .filter_map(|(key, value)| Some((text(key?), text(value?))))
+        .collect())
 }
 
 pub(super) async fn set_setting(pool: &SqlitePool, key: &str, value: &str) -> sqlx::Result<()> {

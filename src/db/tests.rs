@@ -228,6 +228,52 @@ async fn a_missing_file_is_unavailable_and_counted_once_per_call() {
     assert!(DATABASE_ERRORS.get() > before);
 }
 
+/// SQLite keeps whatever a settings UI binds: a number or bytes is still a value, and one
+/// such row neither fails the read nor hides the other rows.
+#[tokio::test]
+async fn a_setting_stored_as_bytes_or_a_number_is_read_as_text() {
+    let f = sqlite_fixture().await.unwrap();
+    f.db.set_setting("plain", "text").await.unwrap();
+    let ui = sqlx::SqlitePool::connect(&f.url).await.unwrap();
+    let insert = "INSERT INTO settings VALUES (?1, ?2)";
+    for (key, bytes) in [("bytes", &b"hello"[..]), ("invalid_utf8", &b"\xffa"[..])] {
+        sqlx::query(insert)
+            .bind(key)
+            .bind(bytes)
+            .execute(&ui)
+            .await
+            .unwrap();
+    }
+    sqlx::query(insert)
+        .bind("number")
+        .bind(8080_i64)
+        .execute(&ui)
+        .await
+        .unwrap();
+    let types: Vec<(String,)> = sqlx::query_as("SELECT typeof(value) FROM settings ORDER BY key")
+        .fetch_all(&ui)
+        .await
+        .unwrap();
+    assert_eq!(
+        types.into_iter().map(|(t,)| t).collect::<Vec<_>>(),
+        ["blob", "blob", "text", "text"],
+        "stored as bound (a number takes the column's TEXT affinity)"
+    );
+    ui.close().await;
+    let mut rows = f.db.read_settings().await.unwrap();
+    rows.sort();
+    assert_eq!(
+        rows,
+        [
+            ("bytes", "hello"),
+            ("invalid_utf8", "\u{fffd}a"),
+            ("number", "8080"),
+            ("plain", "text"),
+        ]
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+    );
+}
+
 /// `tests/fixtures/before-postgres.db` was written by the daemon before the migrations moved
 /// to `migrations/sqlite/` (main at 769962f: a setting, and a conversation with a loaded
 /// group). sqlx refuses a database whose recorded migrations do not match the embedded
