@@ -14,7 +14,7 @@ pub(crate) use text::line_col;
 use text::{DUPLICATE_KEY, byte_offset, duplicate_keys, json_position};
 
 use super::{Domain, Tier, Tool};
-use crate::error::ManifestError;
+use crate::error::{ManifestError, echo};
 
 /// A manifest file format, chosen by extension.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -175,7 +175,7 @@ fn read(path: &str, text: &str, format: Format) -> Result<(Value, Vec<ManifestEr
                 err_at(
                     path,
                     Some(line_col(text, at)),
-                    format!("{DUPLICATE_KEY} `{key}` in a JSON object"),
+                    format!("{DUPLICATE_KEY} `{}` in a JSON object", echo(&key)),
                 )
             })
             .collect()
@@ -212,7 +212,10 @@ fn read(path: &str, text: &str, format: Format) -> Result<(Value, Vec<ManifestEr
                     .map(|(at, what)| {
                         err(
                             path,
-                            format!("`{at}` is a TOML {what}, which JSON has not: write it as a string"),
+                            format!(
+                                "`{}` is a TOML {what}, which JSON has not: write it as a string",
+                                echo(&at)
+                            ),
                         )
                     })
                     .collect())
@@ -355,7 +358,8 @@ impl Validator<'_> {
         for key in obj.keys() {
             if !DOMAIN_FIELDS.contains(&key.as_str()) {
                 self.push(format!(
-                    "unknown field `{key}` (expected one of: {})",
+                    "unknown field `{}` (expected one of: {})",
+                    echo(key),
                     DOMAIN_FIELDS.join(", ")
                 ));
             }
@@ -450,7 +454,8 @@ impl Validator<'_> {
     fn check_domain_name(&mut self, name: &str) {
         if !valid_domain_name(name) {
             self.push(format!(
-                "domain name `{name}` is invalid: it must match ^[a-z0-9][a-z0-9_-]{{0,63}}$"
+                "domain name `{}` is invalid: it must match ^[a-z0-9][a-z0-9_-]{{0,63}}$",
+                echo(name)
             ));
         }
     }
@@ -589,7 +594,8 @@ impl Validator<'_> {
                 let t = v.as_str().and_then(Tier::parse);
                 if t.is_none() {
                     self.push(format!(
-                        "{label}: `tier` must be one of read, modify, destructive (got {v})"
+                        "{label}: `tier` must be one of read, modify, destructive (got {})",
+                        echo(&v.to_string())
                     ));
                 }
                 t
@@ -615,7 +621,8 @@ impl Validator<'_> {
                     format!("{label}: ")
                 };
                 self.push(format!(
-                    "{prefix}unknown field `{key}` (expected one of: {})",
+                    "{prefix}unknown field `{}` (expected one of: {})",
+                    echo(key),
                     allowed.join(", ")
                 ));
             }
@@ -635,17 +642,20 @@ impl Validator<'_> {
             let at = if at.is_empty() {
                 String::new()
             } else {
-                format!(" at {at}")
+                format!(" at {}", echo(&at))
             };
             self.push(format!(
-                "{label}: `{field}` is not a valid JSON Schema (draft 2020-12){at}: {e}"
+                "{label}: `{field}` is not a valid JSON Schema (draft 2020-12){at}: {}",
+                echo(&e.to_string())
             ));
         }
         let mut missing = Vec::new();
         undefined_required(schema, "", true, &mut missing);
         for (at, name) in &missing {
             self.push(format!(
-                "{label}: `{field}`{at} lists `{name}` in `required` but does not define it in `properties`"
+                "{label}: `{field}`{} lists `{}` in `required` but does not define it in `properties`",
+                echo(at),
+                echo(name)
             ));
         }
         fine && missing.is_empty()
@@ -688,7 +698,7 @@ impl Validator<'_> {
 
 fn tool_label(n: usize, obj: &Map<String, Value>) -> String {
     match obj.get("name").and_then(Value::as_str) {
-        Some(name) => format!("tool #{n} `{name}`"),
+        Some(name) => format!("tool #{n} `{}`", echo(name)),
         None => format!("tool #{n}"),
     }
 }

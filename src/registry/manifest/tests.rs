@@ -1648,3 +1648,62 @@ fn a_group_array_or_toml_without_a_file_is_refused_saying_what_is_accepted() {
         "a syntax error keeps its position"
     );
 }
+
+/// SPEC §5: a value a message repeats is cut to 128 characters with `…`, so a manifest sent
+/// to `UpsertDomain` cannot make its error as large as itself.
+#[test]
+fn every_value_a_manifest_error_repeats_is_cut_to_128_characters() {
+    let long = "x".repeat(1000);
+    let cut = format!("{}…", "x".repeat(128));
+    let tool = |fields: &str| format!(r#"{{"name": "mine", "tools": [{{"description": "d", {fields}}}]}}"#);
+    let cases = [
+        // (manifest, what the message says around the cut value)
+        (
+            format!(r#"{{"name": "{long}"}}"#),
+            format!("domain name `{cut}` is invalid"),
+        ),
+        (
+            format!(r#"{{"name": "mine", "{long}": 1}}"#),
+            format!("unknown field `{cut}`"),
+        ),
+        (
+            format!(r#"{{"name": "mine", "k{long}": 1, "k{long}": 2}}"#),
+            format!("duplicate key `k{}…`", "x".repeat(127)),
+        ),
+        (
+            tool(&format!(r#""name": "{long}""#)),
+            format!("tool #1 `{cut}`: tool name is invalid"),
+        ),
+        (
+            tool(&format!(r#""name": "t", "{long}": 1"#)),
+            format!("unknown field `{cut}`"),
+        ),
+        (
+            tool(&format!(r#""name": "t", "tier": "{long}""#)),
+            format!("(got \"{}…)", "x".repeat(127)),
+        ),
+        (
+            tool(&format!(
+                r#""name": "t", "input_schema": {{"type": "object", "required": ["{long}"]}}"#
+            )),
+            format!("lists `{cut}` in `required`"),
+        ),
+        (
+            tool(&format!(
+                r#""name": "t", "input_schema": {{"type": "object", "properties": {{"{long}": {{"type": 5}}}}}}"#
+            )),
+            format!(
+                "not a valid JSON Schema (draft 2020-12) at /properties/{}…",
+                "x".repeat(116)
+            ),
+        ),
+    ];
+    for (text, want) in &cases {
+        let errors = native(text).unwrap_err();
+        let shown = shown(&errors);
+        assert!(shown.contains(want.as_str()), "want {want:?} in:\n{shown}");
+        for e in &errors {
+            assert!(e.message.chars().count() < 400, "not cut: {}", e.message);
+        }
+    }
+}
