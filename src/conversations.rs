@@ -316,6 +316,15 @@ impl Conversations {
         (entry, Some(key))
     }
 
+    /// The state this daemon holds for a conversation, read from the database in use (not
+    /// one a replaced file held), for answering while the database cannot be used (SPEC §12);
+    /// `None` when it holds none.
+    pub async fn held(&self, id: &str) -> Option<Conversation> {
+        let cached = self.cache.get(id).await?;
+        let entry = cached.entry.lock().await;
+        (entry.loaded && entry.generation == self.db.generation()).then(|| entry.state.clone())
+    }
+
     /// Locks a conversation for one call, loading it from the database and forgetting it
     /// first if it has been idle past the TTL. The idle clock restarts now.
     ///

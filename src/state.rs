@@ -767,8 +767,9 @@ impl State {
             return (view, decision);
         };
         let convs = &self.inner.conversations;
-        // A turn is answered even when the conversation store cannot be used: without the
-        // conversation's memory, and without remembering this turn's hits.
+        // A turn is answered even when the conversation store cannot be used: with the
+        // conversation's state this daemon holds (none if it holds none), and without
+        // remembering this turn's hits.
         // A dry run records nothing about the conversation, its idle clock included.
         let locked = if dry_run {
             convs.lock_dry(id).await
@@ -778,8 +779,13 @@ impl State {
         let mut entry = match locked {
             Ok(entry) => entry,
             Err(e) => {
-                tracing::warn!(error = %e, "conversation unavailable; routing without its memory");
-                let decision = decide(None);
+                let held = convs.held(id).await;
+                tracing::warn!(
+                    error = %e,
+                    held = held.is_some(),
+                    "conversation unavailable; routing with the state held in memory, if any"
+                );
+                let decision = decide(held.as_ref());
                 return (view, decision);
             }
         };

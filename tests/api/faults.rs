@@ -8,7 +8,7 @@ use std::time::Duration;
 use tonic::Code;
 
 use crate::helpers::{
-    Backend, TestApp, WriteLock, db_path, decisions, routed, set_settings, spawn_app, stored_members,
+    Backend, TestApp, WriteLock, db_path, decisions, reasons, routed, set_settings, spawn_app, stored_members,
 };
 
 crate::on_both_backends!(a_write_locked_past_the_busy_timeout_is_unavailable_and_then_succeeds,);
@@ -26,15 +26,26 @@ fn delete_database(dir: &Path) {
 async fn a_deleted_database_keeps_routing_refuses_writes_and_recovers_when_it_returns() {
     let mut app = spawn_app().await;
     app.set("sonarr_url", "x").await;
+    app.set("radarr_url", "y").await;
+    app.invalidate().await.unwrap();
+    let held = app.route("next episode", "held").await;
+    assert_eq!(reasons(&held)[1..], [("sonarr".into(), "REASON_KEYWORD")]);
     delete_database(app.dir());
 
-    // Routing goes on from the last good settings.
+    // Routing goes on from the last good settings, and from the conversation state held.
     assert_eq!(routed(&app.route("next episode", "").await), ["system", "sonarr"]);
     assert_eq!(
         routed(&app.route("next episode", "c1").await),
         ["system", "sonarr"],
         "a conversation that cannot be read still gets an answer"
     );
+    let thanks = app.route("thanks", "held").await;
+    assert_eq!(
+        reasons(&thanks)[1..],
+        [("sonarr".into(), "REASON_STICKY")],
+        "the conversation's hit is still held (SPEC §12), not the fallback"
+    );
+    assert!(!thanks.fallback);
     let groups = app.list_groups().await.unwrap();
     assert!(groups.groups.iter().any(|g| g.name == "sonarr" && g.active));
 
