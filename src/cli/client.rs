@@ -326,6 +326,11 @@ pub(super) async fn search(
 }
 
 fn render_search(r: &proto::SearchToolsResponse) {
+    // Nothing matched: the answer's text says so and names the active groups.
+    if r.hits.is_empty() {
+        out!("{}", r.text);
+        return;
+    }
     let rows: Vec<Vec<String>> = r
         .hits
         .iter()

@@ -10,6 +10,26 @@ use crate::helpers::{
 };
 
 #[tokio::test]
+async fn search_prints_its_hits_as_a_table_and_says_when_nothing_matched() {
+    let mut app = spawn_app().await;
+    app.set("qbittorrent_url", "http://nas:8080").await;
+    let addr = app.addr.to_string();
+    let out = run(app.dir(), &["search", "--addr", &addr, "torrent"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", shown(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.starts_with("TOOL"), "{text}");
+    assert!(text.contains("qbittorrent"), "{text}");
+
+    let out = run(app.dir(), &["search", "--addr", &addr, "zzzqqq"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", shown(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.starts_with("No tools matched 'zzzqqq'."),
+        "the answer's text, not an empty table: {text}"
+    );
+}
+
+#[tokio::test]
 async fn client_commands_take_host_and_port_and_print_canonical_protobuf_json() {
     let mut app = spawn_app().await;
     app.set("qbittorrent_url", "http://nas:8080").await;
