@@ -36,7 +36,12 @@ const PATIENCE: Duration = Duration::from_secs(30);
 /// Three replicas on `database`. The settings TTL is an hour: within a test only
 /// notifications (or an invalidation) can refresh settings.
 fn three(database: &str, extra: &[&str]) -> Vec<Daemon> {
-    let mut flags = vec!["--settings-ttl", "1h"];
+    // Settings reach the replicas by notification, not by the TTL, unless a test says.
+    let mut flags = if extra.contains(&"--settings-ttl") {
+        vec![]
+    } else {
+        vec!["--settings-ttl", "1h"]
+    };
     flags.extend_from_slice(extra);
     (0..3).map(|_| Daemon::start_on(database, &flags)).collect()
 }
@@ -347,11 +352,26 @@ async fn a_postgres_restart_under_load_is_ridden_out_and_recovered_from_by_itsel
         );
         return;
     };
-    // A short busy timeout: calls against the stopped server end within two seconds.
+    // A short busy timeout: calls against the stopped server end within two seconds. A
+    // request timeout of two busy timeouts, and settings re-read on nearly every call: were
+    // each call to wait for the stopped server, once for the settings and once for the
+    // conversation, a Route would run into the request timeout instead of answering.
     let hold = Hold::Alone {
         _guard: CLUSTER.write().await,
     };
-    let mut f = start(hold, &["sonarr_url", "radarr_url"], &["--busy-timeout", "1s"]).await;
+    let mut f = start(
+        hold,
+        &["sonarr_url", "radarr_url"],
+        &[
+            "--busy-timeout",
+            "1s",
+            "--request-timeout",
+            "2s",
+            "--settings-ttl",
+            "200ms",
+        ],
+    )
+    .await;
     f.ui.close().await;
     for c in &mut f.clients {
         c.load_tool_group(load_request("c1", "sonarr")).await.unwrap();

@@ -7,11 +7,12 @@
 //! then runs its statements on it. Every failed operation counts in [`DATABASE_ERRORS`].
 
 mod postgres;
+mod reach;
 mod sqlite;
 
 use std::path::{Path, PathBuf};
-use std::sync::LazyLock;
-use std::time::Duration;
+use std::sync::{Arc, LazyLock};
+use std::time::{Duration, Instant};
 
 use sqlx::postgres::PgPool;
 use sqlx::sqlite::SqlitePool;
@@ -190,6 +191,8 @@ pub struct Db {
     backend: Backend,
     /// Every PostgreSQL call is cut after this, client side (see [`bounded`]).
     bound: Duration,
+    /// Whether the PostgreSQL server answers, as the last calls found.
+    reach: Arc<reach::Reach>,
 }
 
 #[derive(Debug, Clone)]
@@ -222,6 +225,7 @@ impl Db {
         Ok(Db {
             backend,
             bound: busy_timeout.saturating_mul(2),
+            reach: Arc::default(),
         })
     }
 
@@ -252,15 +256,20 @@ impl Db {
     /// reopened if it was replaced.
     ///
     /// # Errors
-    /// `Unavailable` when the SQLite file is missing or cannot be reopened.
+    /// `Unavailable` when the SQLite file is missing or cannot be reopened, or while the
+    /// PostgreSQL server is unreachable (see [`reach`]).
     pub(crate) async fn session(&self) -> Result<Session> {
         let pool = match &self.backend {
             Backend::Sqlite(s) => Pool::Sqlite(counted(s.pool().await)?),
-            Backend::Postgres(s) => Pool::Postgres(s.pool.clone()),
+            Backend::Postgres(s) => {
+                counted(self.reach.admit(Instant::now()))?;
+                Pool::Postgres(s.pool.clone())
+            }
         };
         Ok(Session {
             pool,
             bound: self.bound,
+            reach: self.reach.clone(),
         })
     }
 
@@ -340,9 +349,14 @@ impl Db {
     pub(crate) async fn announce_settings(&self) -> Result<()> {
         match &self.backend {
             Backend::Sqlite(_) => Ok(()),
-            Backend::Postgres(s) => {
-                counted(bounded(self.bound, postgres::announce_settings(&s.pool, &s.origin)).await)
-            }
+            Backend::Postgres(s) => counted(
+                bounded(
+                    self.bound,
+                    &self.reach,
+                    postgres::announce_settings(&s.pool, &s.origin),
+                )
+                .await,
+            ),
         }
     }
 
@@ -371,15 +385,21 @@ impl Db {
 
 /// A PostgreSQL operation cut after `bound`: its wait for a connection and its statements are
 /// bounded by the server too, but a server that stopped answering without closing the
-/// connection would hold the call forever.
-async fn bounded<T>(bound: Duration, op: impl Future<Output = sqlx::Result<T>>) -> Result<T> {
-    match tokio::time::timeout(bound, op).await {
+/// connection would hold the call forever. What it found is noted in `reach`.
+async fn bounded<T>(
+    bound: Duration,
+    reach: &reach::Reach,
+    op: impl Future<Output = sqlx::Result<T>>,
+) -> Result<T> {
+    let result = match tokio::time::timeout(bound, op).await {
         Ok(result) => result.map_err(Error::from),
         Err(_) => Err(Error::Unavailable(format!(
             "the database did not answer within {} (twice the busy timeout)",
             humantime::format_duration(bound)
         ))),
-    }
+    };
+    reach.record(&result, Instant::now());
+    result
 }
 
 /// The pool one session runs on.
@@ -394,6 +414,7 @@ enum Pool {
 pub(crate) struct Session {
     pool: Pool,
     bound: Duration,
+    reach: Arc<reach::Reach>,
 }
 
 /// Runs one statement fn of the session's backend, bounded (PostgreSQL) and counted.
@@ -402,7 +423,7 @@ macro_rules! dispatch {
         let session = $session;
         counted(match &session.pool {
             Pool::Sqlite(pool) => sqlite::$statement(pool, $($arg),*).await.map_err(Error::from),
-            Pool::Postgres(pool) => bounded(session.bound, postgres::$statement(pool, $($arg),*)).await,
+            Pool::Postgres(pool) => bounded(session.bound, &session.reach, postgres::$statement(pool, $($arg),*)).await,
         })
     }};
 }
@@ -454,9 +475,13 @@ impl Session {
                 .await
                 .map(|()| None)
                 .map_err(Error::from),
-            Pool::Postgres(pool) => bounded(self.bound, postgres::save_members(pool, id, now_ms, members))
-                .await
-                .map(Some),
+            Pool::Postgres(pool) => bounded(
+                self.bound,
+                &self.reach,
+                postgres::save_members(pool, id, now_ms, members),
+            )
+            .await
+            .map(Some),
         })
     }
 
