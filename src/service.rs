@@ -619,6 +619,9 @@ impl ToolRouter for ToolRouterService {
     ) -> Result<Response<Self::WatchRegistryStream>, Status> {
         use tokio_stream::StreamExt as _;
         let profile = self.profile(&request, &request.get_ref().profile)?;
+        // The current state first: settings no older than the TTL (or a notification's),
+        // which nothing may have asked for since the last event.
+        self.state.view().await;
         let (views, stopping) = self.state.watch();
         // Ends the stream when the daemon starts draining.
         let stop = tokio_stream::wrappers::WatchStream::new(stopping)

@@ -103,6 +103,20 @@ async fn a_watcher_hears_of_a_settings_write_within_the_ttl_without_other_calls(
 }
 
 #[tokio::test]
+async fn a_new_watcher_starts_from_the_settings_as_they_are_not_as_last_told() {
+    let mut app = TestApp::builder()
+        .manifests(&[("a.json", A), ("b.json", B)])
+        .config(|c| c.settings_ttl = Duration::from_millis(200))
+        .spawn()
+        .await;
+    // Written by another program while nobody watches or calls, for longer than the TTL.
+    app.ui.set_setting("b_url", "http://b").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let mut stream = app.watch("").await.unwrap();
+    assert_eq!(next(&mut stream).await.active_domains, ["a", "b"]);
+}
+
+#[tokio::test]
 async fn a_watcher_that_does_not_read_holds_nothing_up_and_then_gets_the_latest_state() {
     let mut app = TestApp::builder()
         .manifests(&[("a.json", A), ("b.json", B)])
