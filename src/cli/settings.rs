@@ -114,8 +114,15 @@ pub(super) async fn settings(
         None if crate::db::is_postgres(&database) => Some(crate::db::redact_url(&database)),
         None => None,
     };
+    // Two server URLs name one database whatever their credentials and parameters.
+    let same = |a: &str, b: &str| {
+        a == b
+            || (crate::db::is_postgres(a)
+                && crate::db::is_postgres(b)
+                && crate::db::postgres_database(a) == crate::db::postgres_database(b))
+    };
     if let (Some((theirs, their_url)), Some(ours)) = (&theirs, &ours)
-        && theirs != ours
+        && !same(theirs, ours)
     {
         let message = format!(
             "the daemon at {addr} uses {theirs}, not {ours}: pass --database {their_url:?} to edit its settings{}",

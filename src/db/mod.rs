@@ -104,6 +104,13 @@ pub(crate) fn redact_url(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_string();
     };
+    // A server URL's credentials end at its last `@`, wherever that is: a password may hold
+    // an unencoded `/` or `?` (such a URL does not parse, but is still printed when it fails).
+    let rest = if is_postgres(url) {
+        rest.rsplit_once('@').map_or(rest, |(_, after)| after)
+    } else {
+        rest
+    };
     let (rest, query) = rest.split_once('?').map_or((rest, None), |(r, q)| (r, Some(q)));
     let (authority, path) = rest.find('/').map_or((rest, ""), |i| rest.split_at(i));
     let host = authority.rsplit_once('@').map_or(authority, |(_, host)| host);
@@ -122,6 +129,23 @@ pub(crate) fn redact_url(url: &str) -> String {
         }
     }
     out
+}
+
+/// Which PostgreSQL database a URL names, to compare two URLs: the server and the database,
+/// without credentials or connection parameters (`sslmode`, `application_name`), the scheme
+/// as `postgres`, the port 5432 when not given.
+pub(crate) fn postgres_database(url: &str) -> String {
+    let redacted = redact_url(url);
+    let rest = redacted.split_once("://").map_or(redacted.as_str(), |(_, r)| r);
+    let rest = rest.split_once('?').map_or(rest, |(r, _)| r);
+    let (host, path) = rest.find('/').map_or((rest, ""), |i| rest.split_at(i));
+    // A port follows the host's last `:`, outside an IPv6 address's brackets.
+    let port = if host.rsplit_once(':').is_some_and(|(_, p)| !p.contains(']')) {
+        ""
+    } else {
+        ":5432"
+    };
+    format!("postgres://{}{port}{path}", host.to_ascii_lowercase())
 }
 
 /// A conversation as the database holds it.

@@ -316,9 +316,40 @@ fn credentials_are_removed_from_database_urls() {
         ("postgres://db/tr?PASSWORD=s3cret", "postgres://db/tr"),
         ("postgres://u:p@w@db/tr?sslpassword=k", "postgres://db/tr"),
         ("postgres://u:s3cret@db", "postgres://db"),
+        // Passwords a URL parser would refuse are still not shown.
+        ("postgres://tr:pa/ss@db:5432/tr", "postgres://db:5432/tr"),
+        ("postgres://tr:pa?ss@db/tr", "postgres://db/tr"),
+        (
+            "postgresql://tr:a/b?c@d@db/tr?sslmode=disable",
+            "postgresql://db/tr?sslmode=disable",
+        ),
     ] {
         assert_eq!(redact_url(url), shown, "{url}");
     }
+}
+
+#[test]
+fn postgres_urls_name_the_same_database_whatever_their_credentials_and_parameters() {
+    let same = [
+        "postgres://u:p@db:5432/tr",
+        "postgres://db/tr",
+        "postgresql://other@DB:5432/tr?sslmode=disable&application_name=x",
+        "postgres://u:pa/ss@db/tr",
+    ];
+    for url in same {
+        assert_eq!(postgres_database(url), "postgres://db:5432/tr", "{url}");
+    }
+    for other in ["postgres://db:5433/tr", "postgres://db/tr2", "postgres://db2/tr"] {
+        assert_ne!(postgres_database(other), "postgres://db:5432/tr", "{other}");
+    }
+    assert_eq!(
+        postgres_database("postgres://[::1]/tr"),
+        "postgres://[::1]:5432/tr"
+    );
+    assert_eq!(
+        postgres_database("postgres://[::1]:6000/tr"),
+        "postgres://[::1]:6000/tr"
+    );
 }
 
 #[test]

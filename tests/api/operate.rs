@@ -666,6 +666,14 @@ async fn on_postgres_credentials_show_nowhere_and_settings_asks_for_them() {
         "{}",
         shown(&out)
     );
+    // The same database with other connection parameters is the daemon's.
+    let same = format!("{database}&application_name=settings-ui&sslmode=disable");
+    let out = run(
+        dir.path(),
+        &["settings", "--addr", &addr, "--database", &same, "set", "k", "v"],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", shown(&out));
     // Another database is refused, as another file would be.
     let other = fresh_postgres_database().await;
     let elsewhere = ["settings", "--addr", &addr, "--database", &other, "set", "k", "v"];
