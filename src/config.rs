@@ -19,6 +19,13 @@ use crate::search::{self, SearchMode};
 /// The default `max_tools`: OpenAI's limit on tools per request.
 pub const DEFAULT_MAX_TOOLS: u32 = 128;
 
+/// The longest busy timeout: SQLite and PostgreSQL take a 32-bit count of milliseconds.
+const MAX_BUSY_TIMEOUT: Duration = Duration::from_millis(i32::MAX as u64);
+
+/// The longest conversation TTL, 100 years of 365.25 days (the conversation cache refuses
+/// more than 1,000 years).
+const MAX_CONVERSATION_TTL: Duration = Duration::from_secs(100 * 31_557_600);
+
 /// Log output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -407,6 +414,20 @@ impl Config {
                 return Err(Error::Config(format!("{key} must be more than zero")));
             }
         }
+        // What the libraries underneath take: SQLite's and PostgreSQL's timeouts are a 32-bit
+        // count of milliseconds; the conversation cache keeps an idle entry at most 1,000 years.
+        for (key, value, most) in [
+            ("busy_timeout", self.busy_timeout, MAX_BUSY_TIMEOUT),
+            ("conversation_ttl", self.conversation_ttl, MAX_CONVERSATION_TTL),
+        ] {
+            if value > most {
+                return Err(Error::Config(format!(
+                    "{key} must be at most {}, not {}",
+                    humantime::format_duration(most),
+                    humantime::format_duration(value)
+                )));
+            }
+        }
         Ok(())
     }
 
@@ -750,6 +771,14 @@ max_tools = 40
                 "{url}: {e}"
             );
         }
+        for url in ["sqlite://", "sqlite:"] {
+            let c = Config {
+                database: url.into(),
+                ..Config::default()
+            };
+            let e = c.validate().unwrap_err().to_string();
+            assert!(e.contains("names no file"), "{url}: {e}");
+        }
         let c = Config {
             conversation_ttl: Duration::ZERO,
             ..Config::default()
@@ -758,6 +787,39 @@ max_tools = 40
             c.validate().unwrap_err().to_string(),
             "conversation_ttl must be more than zero"
         );
+        // Over what the libraries underneath take: a configuration error, not a panic at start.
+        let day = Duration::from_secs(24 * 3600);
+        for (c, want) in [
+            (
+                Config {
+                    busy_timeout: 25 * day,
+                    ..Config::default()
+                },
+                "busy_timeout must be at most 24days 20h 31m 23s 647ms, not 25days",
+            ),
+            (
+                Config {
+                    conversation_ttl: 1000 * 365 * day,
+                    ..Config::default()
+                },
+                "conversation_ttl must be at most 100years, not ",
+            ),
+        ] {
+            let e = c.validate().unwrap_err().to_string();
+            assert!(e.starts_with(want), "{e}");
+        }
+        for c in [
+            Config {
+                busy_timeout: 24 * day,
+                ..Config::default()
+            },
+            Config {
+                conversation_ttl: 99 * 365 * day,
+                ..Config::default()
+            },
+        ] {
+            assert!(c.validate().is_ok(), "{c:?}");
+        }
         let ephemeral: std::net::SocketAddr = "127.0.0.1:0".parse().unwrap();
         let c = Config {
             listen: ephemeral,

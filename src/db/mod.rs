@@ -66,11 +66,21 @@ pub fn check_url(url: &str) -> Result<()> {
             redact_url(url)
         )));
     }
-    if sqlite && matches!(sqlite::file_of(url), Ok(None)) {
-        return Err(Error::Config(format!(
-            "database URL {url:?} is an in-memory database, which no settings UI can write and \
-             which ends with the daemon: name a file, sqlite://FILE"
-        )));
+    if sqlite {
+        match sqlite::file_of(url) {
+            Ok(None) => {
+                return Err(Error::Config(format!(
+                    "database URL {url:?} is an in-memory database, which no settings UI can write and \
+                     which ends with the daemon: name a file, sqlite://FILE"
+                )));
+            }
+            Ok(Some(file)) if file.as_os_str().is_empty() => {
+                return Err(Error::Config(format!(
+                    "database URL {url:?} names no file: sqlite://FILE"
+                )));
+            }
+            _ => {}
+        }
     }
     Ok(())
 }
