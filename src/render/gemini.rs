@@ -9,7 +9,11 @@
 //! type gets the one its fields say, a union's fields move into the branch of their type, and
 //! a field of another type than the node's is dropped (an enum on an integer; the value keeps
 //! its own type), as is an enum or `const` of other values than strings on a node that names
-//! no type (`{"const": 5}` is no string).
+//! no type (`{"const": 5}` is no string). Inlining is bounded: a node nested deeper than
+//! [`MAX_DEPTH`] levels and the `$ref`s past [`MAX_REF_EXPANSIONS`] in one schema are dropped
+//! like a cycle, so no schema a manifest can hold makes the rendering unbounded.
+
+use std::cell::Cell;
 
 use serde_json::{Map, Value};
 
@@ -121,6 +125,15 @@ fn fit_to_type(out: &mut Map<String, Value>) {
 /// How deep `$ref`s are followed before a reference is treated as a cycle.
 const MAX_REF_DEPTH: usize = 32;
 
+/// How deep schema nodes nest (a `$ref` counts as a level) before deeper ones are dropped:
+/// inlining references can nest a small schema without end, and each level is a frame of
+/// the reducer's recursion.
+const MAX_DEPTH: usize = 64;
+
+/// How many `$ref`s one tool's schema has inlined before the rest are dropped: a reference
+/// used twice in each of a chain of definitions doubles the inlined schema at every link.
+const MAX_REF_EXPANSIONS: usize = 1_000;
+
 /// The formats the API accepts for a type (it rejects others, e.g. "only 'enum' and
 /// 'date-time' are supported for STRING type").
 fn format_allowed(ty: Option<&str>, format: &str) -> bool {
@@ -148,34 +161,78 @@ pub(crate) fn parameters(schema: &Value) -> Option<Value> {
 struct Reducer<'a> {
     /// The root's `$defs` and `definitions`, what local `$ref`s point into.
     root: &'a Value,
+    /// How deep the node being reduced is.
+    depth: Cell<usize>,
+    /// How many `$ref`s have been inlined.
+    expansions: Cell<usize>,
 }
 
 impl<'a> Reducer<'a> {
     fn new(root: &'a Value) -> Self {
-        Reducer { root }
+        Reducer {
+            root,
+            depth: Cell::new(0),
+            expansions: Cell::new(0),
+        }
     }
 
     /// The schema a local reference names (`#/$defs/X`, `#/definitions/X`, or any other
-    /// JSON pointer into the root).
+    /// JSON pointer into the root). The reference is a URI fragment, so its
+    /// percent-encoded characters are decoded first (`#/$defs/c%20d` names `c d`).
     fn resolve(&self, reference: &str) -> Option<&'a Value> {
-        let pointer = reference.strip_prefix('#')?;
-        self.root.pointer(pointer)
+        let fragment = reference.strip_prefix('#')?;
+        let pointer = percent_encoding::percent_decode_str(fragment)
+            .decode_utf8()
+            .ok()?;
+        self.root.pointer(&pointer)
     }
 
-    /// One schema node reduced, or `None` when nothing of it can be expressed.
+    /// One schema node reduced, or `None` when nothing of it can be expressed (or it lies
+    /// deeper than [`MAX_DEPTH`]).
     fn reduce(&self, node: &Value, refs: &mut Vec<String>) -> Option<Value> {
+        let depth = self.depth.get();
+        if depth >= MAX_DEPTH {
+            return None;
+        }
+        self.depth.set(depth + 1);
+        let out = self.reduce_node(node, refs);
+        self.depth.set(depth);
+        out
+    }
+
+    fn reduce_node(&self, node: &Value, refs: &mut Vec<String>) -> Option<Value> {
         let node = node.as_object()?;
         if let Some(reference) = node.get("$ref").and_then(Value::as_str) {
-            if refs.iter().any(|r| r == reference) || refs.len() >= MAX_REF_DEPTH {
+            if refs.iter().any(|r| r == reference)
+                || refs.len() >= MAX_REF_DEPTH
+                || self.expansions.get() >= MAX_REF_EXPANSIONS
+            {
                 return None;
             }
+            self.expansions.set(self.expansions.get() + 1);
             let target = self.resolve(reference)?.as_object()?;
-            // The target's keywords, then the referring node's own (2020-12 applies both;
-            // the node's own words, like its description, win).
+            // The target's keywords, then the referring node's own (2020-12 applies both):
+            // the node's own words, like its description, win; its properties join the
+            // target's and its required names add to the target's.
             let mut merged = target.clone();
             for (k, v) in node {
-                if k != "$ref" {
-                    merged.insert(k.clone(), v.clone());
+                match (k.as_str(), merged.get_mut(k), v) {
+                    ("$ref", _, _) => {}
+                    ("properties", Some(Value::Object(theirs)), Value::Object(own)) => {
+                        for (name, schema) in own {
+                            theirs.insert(name.clone(), schema.clone());
+                        }
+                    }
+                    ("required", Some(Value::Array(theirs)), Value::Array(own)) => {
+                        for name in own {
+                            if !theirs.contains(name) {
+                                theirs.push(name.clone());
+                            }
+                        }
+                    }
+                    _ => {
+                        merged.insert(k.clone(), v.clone());
+                    }
                 }
             }
             refs.push(reference.to_string());
@@ -553,6 +610,89 @@ mod tests {
             json!({"type": "OBJECT", "properties": {"v": {"type": "STRING"}}})
         );
         assert_eq!(check_schema(&out), Vec::<String>::new());
+    }
+
+    /// How deep a reduced schema nests (each node a level).
+    fn depth(v: &Value) -> usize {
+        match v {
+            Value::Object(m) => 1 + m.values().map(depth).max().unwrap_or(0),
+            Value::Array(a) => a.iter().map(depth).max().unwrap_or(0),
+            _ => 0,
+        }
+    }
+
+    #[test]
+    fn references_that_nest_without_end_are_cut_at_a_depth() {
+        // 32 definitions, each a chain of 55 nested objects ending in a reference to the
+        // next: inlined, about 1,800 levels, which no stack would take.
+        let mut defs = Map::new();
+        for i in 0..32 {
+            let mut node = if i < 31 {
+                json!({"$ref": format!("#/$defs/d{}", i + 1)})
+            } else {
+                json!({"type": "string"})
+            };
+            for _ in 0..55 {
+                node = json!({"type": "object", "properties": {"p": node, "s": {"type": "string"}}});
+            }
+            defs.insert(format!("d{i}"), node);
+        }
+        let schema = json!({"type": "object", "$defs": defs, "properties": {"root": {"$ref": "#/$defs/d0"}}});
+        // A small stack, as a runtime's worker thread has, so a recursion without bound fails.
+        let out = std::thread::Builder::new()
+            .stack_size(2 << 20)
+            .spawn(move || reduce(schema).unwrap())
+            .unwrap()
+            .join()
+            .unwrap();
+        assert!(depth(&out) <= 2 * MAX_DEPTH, "{}", depth(&out));
+        assert_eq!(check_schema(&out), Vec::<String>::new());
+    }
+
+    #[test]
+    fn references_that_double_at_every_link_are_inlined_a_bounded_number_of_times() {
+        // Each definition refers to the next twice: 2^20 copies of the last one, inlined.
+        let mut defs = Map::new();
+        for i in 0..20 {
+            let next = json!({"$ref": format!("#/$defs/d{}", i + 1)});
+            defs.insert(
+                format!("d{i}"),
+                json!({"type": "object", "properties": {"a": next, "b": next}}),
+            );
+        }
+        defs.insert("d20".into(), json!({"type": "string", "description": "leaf"}));
+        let schema = json!({"type": "object", "$defs": defs, "properties": {"root": {"$ref": "#/$defs/d0"}}});
+        let out = reduce(schema).unwrap();
+        let bytes = out.to_string().len();
+        assert!(bytes < 1 << 20, "{bytes} bytes");
+        assert!(out.to_string().contains("leaf"), "what fits is kept");
+        assert_eq!(check_schema(&out), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_reference_beside_properties_and_required_keeps_the_targets_too() {
+        let out = reduce(json!({
+            "type": "object",
+            "$defs": {
+                "base": {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]},
+                "c d": {"type": "integer"},
+            },
+            "properties": {
+                "x": {"$ref": "#/$defs/base", "properties": {"b": {"type": "integer"}}, "required": ["b"]},
+                "q": {"$ref": "#/$defs/c%20d"},
+            },
+        }))
+        .unwrap();
+        assert_eq!(
+            out["properties"]["x"],
+            json!({"type": "OBJECT", "properties": {"a": {"type": "STRING"}, "b": {"type": "INTEGER"}},
+                   "required": ["a", "b"]})
+        );
+        assert_eq!(
+            out["properties"]["q"],
+            json!({"type": "INTEGER"}),
+            "a reference is a URI fragment: %20 is a space"
+        );
     }
 
     #[test]
