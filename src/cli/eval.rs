@@ -8,7 +8,6 @@ use clap::Args;
 use super::serve::ServeArgs;
 use super::{Failure, print_table};
 use crate::config::Config;
-use crate::db::Db;
 use crate::registry::Registry;
 
 /// `eval` options: the labelled messages, and the same manifest and routing options as
@@ -50,14 +49,7 @@ pub(super) fn eval(args: &EvalArgs) -> Result<(), Failure> {
                 )));
             }
             let runtime = tokio::runtime::Handle::current();
-            let rows = tokio::task::block_in_place(|| {
-                runtime.block_on(async {
-                    let db = Db::connect(url).await?;
-                    let rows = db.read_settings().await;
-                    db.close().await;
-                    rows
-                })
-            })?;
+            let rows = tokio::task::block_in_place(|| runtime.block_on(crate::db::read_settings_only(url)))?;
             crate::router::Snapshot::new(rows)
         }
     };

@@ -85,6 +85,21 @@ pub fn check_url(url: &str) -> Result<()> {
     Ok(())
 }
 
+/// The settings of the database at `url`, read without changing it (no file created, no
+/// migration run): for measuring routing against a settings table (`eval`).
+///
+/// # Errors
+/// `Config` when the database has no settings table; an unopenable file, an unreachable
+/// server, or a database fault.
+pub async fn read_settings_only(url: &str) -> Result<Vec<(String, String)>> {
+    let rows = counted(if is_postgres(url) {
+        postgres::settings_only(url, BUSY_TIMEOUT).await
+    } else {
+        sqlite::settings_only(url).await
+    })?;
+    rows.ok_or_else(|| Error::Config(format!("the database {} has no settings table", redact_url(url))))
+}
+
 /// The file a SQLite URL names, made absolute against the working directory (and with links
 /// resolved when it exists), so two processes in different directories can compare it;
 /// `None` for an in-memory database or a PostgreSQL URL.

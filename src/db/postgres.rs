@@ -193,6 +193,29 @@ async fn subscribe(pool: &PgPool, channel: &str) -> sqlx::Result<PgListener> {
 
 // The statements.
 
+/// The settings of the database at `url`, read without changing it: no migration; `None`
+/// when it has no settings table.
+pub(super) async fn settings_only(
+    url: &str,
+    busy_timeout: Duration,
+) -> Result<Option<Vec<(String, String)>>> {
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .acquire_timeout(busy_timeout)
+        .connect_with(PgConnectOptions::from_str(url)?)
+        .await?;
+    let (exists,): (bool,) = sqlx::query_as("SELECT to_regclass('settings') IS NOT NULL")
+        .fetch_one(&pool)
+        .await?;
+    let rows = if exists {
+        Some(read_settings(&pool).await?)
+    } else {
+        None
+    };
+    pool.close().await;
+    Ok(rows)
+}
+
 /// Every row, each value as text whatever the column's type (a table a settings UI created
 /// may hold numbers); a NULL key or value is no setting.
 pub(super) async fn read_settings(pool: &PgPool) -> sqlx::Result<Vec<(String, String)>> {

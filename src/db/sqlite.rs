@@ -190,6 +190,26 @@ impl Store {
 
 // The statements.
 
+/// The settings of the database at `url`, read without changing it: opened read-only, no
+/// migration; `None` when it has no settings table.
+pub(super) async fn settings_only(url: &str) -> Result<Option<Vec<(String, String)>>> {
+    let options = SqliteConnectOptions::from_str(url)?.read_only(true);
+    let pool = SqlitePoolOptions::new()
+        .max_connections(1)
+        .connect_with(options)
+        .await?;
+    let exists: Option<(i64,)> =
+        sqlx::query_as("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'settings'")
+            .fetch_optional(&pool)
+            .await?;
+    let rows = match exists {
+        Some(_) => Some(read_settings(&pool).await?),
+        None => None,
+    };
+    pool.close().await;
+    Ok(rows)
+}
+
 /// Every row, each value as text whatever a settings UI stored (SQLite keeps what it is
 /// given, a number or bytes too): as bytes, read as UTF-8 (an invalid sequence replaced), so
 /// one odd row neither hides nor freezes the others. A NULL key or value is no setting.

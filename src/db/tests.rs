@@ -62,7 +62,39 @@ on_both_backends!(
     an_idle_conversation_is_forgotten_only_while_no_later_use_is_recorded,
     a_stamp_tells_a_current_copy_from_a_stale_one,
     domains_are_stored_replaced_read_by_name_and_deleted,
+    settings_are_read_from_a_url_without_changing_the_database,
 );
+
+/// `eval`'s read: the rows of a database with a settings table; one without is refused and
+/// stays without (no migration runs).
+async fn settings_are_read_from_a_url_without_changing_the_database(f: Fixture) {
+    f.db.set_setting("k", "v").await.unwrap();
+    assert_eq!(
+        read_settings_only(&f.url).await.unwrap(),
+        [("k".to_string(), "v".to_string())]
+    );
+    let bare = match testing::postgres_url() {
+        Some(admin) if f._dir.is_none() => testing::fresh_postgres_database(&admin).await,
+        _ => {
+            let dir = f._dir.as_ref().unwrap().path();
+            let path = dir.join("bare.db");
+            let options = sqlx::sqlite::SqliteConnectOptions::new()
+                .filename(&path)
+                .create_if_missing(true);
+            sqlx::SqlitePool::connect_with(options)
+                .await
+                .unwrap()
+                .close()
+                .await;
+            format!("sqlite://{}", path.display())
+        }
+    };
+    for _ in 0..2 {
+        let err = read_settings_only(&bare).await.unwrap_err();
+        assert!(matches!(err, Error::Config(_)), "{err}");
+        assert!(err.to_string().contains("has no settings table"), "{err}");
+    }
+}
 
 fn member(domain: &str, loaded: bool, hit: bool) -> Member {
     Member {
