@@ -54,13 +54,19 @@ pub(crate) fn read_labelled(path: &Path) -> Result<Vec<Labelled>> {
         .enumerate()
         .filter(|(_, l)| !l.trim().is_empty())
         .map(|(i, l)| {
-            serde_json::from_str(l).map_err(|e| {
+            let bad = |why: String| {
                 Error::Config(format!(
-                    "{}:{}: not a labelled message ({{\"query\", \"domains\"}}): {e}",
+                    "{}:{}: not a labelled message ({{\"query\", \"domains\"}}): {why}",
                     path.display(),
                     i + 1
                 ))
-            })
+            };
+            // An object, not the same fields in a list (which serde would also take).
+            let value: serde_json::Value = serde_json::from_str(l).map_err(|e| bad(e.to_string()))?;
+            if !value.is_object() {
+                return Err(bad("a line must be a JSON object".into()));
+            }
+            serde_json::from_value(value).map_err(|e| bad(e.to_string()))
         })
         .collect::<Result<Vec<Labelled>>>()?;
     if labelled.is_empty() {
@@ -346,5 +352,11 @@ mod tests {
         std::fs::write(&path, "\n  \n").unwrap();
         let e = read_labelled(&path).unwrap_err().to_string();
         assert!(e.contains("no labelled message in it"), "{e}");
+        std::fs::write(&path, "[\"list docker containers\", [\"docker\"]]\n").unwrap();
+        let e = read_labelled(&path).unwrap_err().to_string();
+        assert!(
+            e.contains(":1: not a labelled message") && e.contains("a line must be a JSON object"),
+            "{e}"
+        );
     }
 }
