@@ -280,9 +280,11 @@ impl Registry {
                     continue;
                 }
             };
+            // Files, and anything else named like a manifest but a folder (a link to nowhere
+            // is read, and fails naming itself, rather than leave its domain out unsaid).
             let mut files: Vec<PathBuf> = entries
                 .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| p.is_file())
+                .filter(|p| p.is_file() || (manifest::Format::of(p).is_some() && !p.is_dir()))
                 .collect();
             files.sort();
             let (paths, skipped): (Vec<PathBuf>, Vec<PathBuf>) =

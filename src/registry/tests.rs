@@ -97,6 +97,29 @@ fn check_warns_about_missing_tiers_long_descriptions_hollow_domains_empty_folder
     }
 }
 
+/// A manifest that is a link to nowhere fails the load naming it, instead of its domain
+/// disappearing without a word.
+#[cfg(unix)]
+#[test]
+fn a_dangling_link_named_like_a_manifest_fails_the_load_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("a.json"),
+        r#"{"name": "a", "tools": [{"name": "t", "description": "d", "tier": "read"}]}"#,
+    )
+    .unwrap();
+    let link = dir.path().join("gone.json");
+    std::os::unix::fs::symlink(dir.path().join("nowhere.json"), &link).unwrap();
+    std::fs::create_dir(dir.path().join("folder.json")).unwrap();
+    let (registry, _) = Registry::check_dirs(&[dir.path().to_path_buf()]);
+    let e = registry.unwrap_err().to_string();
+    assert!(
+        e.contains(&link.display().to_string()) && e.contains("cannot read manifest"),
+        "{e}"
+    );
+    assert!(!e.contains("folder.json"), "a folder is not a manifest: {e}");
+}
+
 #[test]
 fn the_same_folder_given_twice_is_read_once() {
     let root = tempfile::tempdir().unwrap();
