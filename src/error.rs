@@ -249,12 +249,26 @@ pub(crate) const MAX_ECHO_CHARS: usize = 128;
 
 /// A caller's value as an error message may repeat it: cut to [`MAX_ECHO_CHARS`] characters
 /// with `…` appended, so an error never grows with the input (some gRPC clients refuse
-/// large status messages).
+/// large status messages), and its control characters escaped (`\n`, `\u{0}`), so a value
+/// cannot break the message's line or pass for another line of output.
 pub(crate) fn echo(value: &str) -> std::borrow::Cow<'_, str> {
-    match value.char_indices().nth(MAX_ECHO_CHARS) {
-        None => value.into(),
-        Some((cut, _)) => format!("{}…", &value[..cut]).into(),
+    let cut = value.char_indices().nth(MAX_ECHO_CHARS).map(|(at, _)| at);
+    let kept = &value[..cut.unwrap_or(value.len())];
+    if cut.is_none() && !kept.chars().any(char::is_control) {
+        return kept.into();
     }
+    let mut out = String::with_capacity(kept.len() + 3);
+    for c in kept.chars() {
+        if c.is_control() {
+            out.extend(c.escape_debug());
+        } else {
+            out.push(c);
+        }
+    }
+    if cut.is_some() {
+        out.push('…');
+    }
+    out.into()
 }
 
 impl Error {
@@ -368,6 +382,9 @@ mod tests {
             ("x".repeat(128), "x".repeat(128)),
             ("x".repeat(129), format!("{}…", "x".repeat(128))),
             ("é".repeat(20_000), format!("{}…", "é".repeat(128))),
+            // Control characters escaped: a value keeps to its line.
+            ("a\nb\u{0}c\td".into(), "a\\nb\\0c\\td".into()),
+            (format!("{}\n", "x".repeat(128)), format!("{}…", "x".repeat(128))),
         ];
         for (value, want) in cases {
             assert_eq!(echo(value), want.as_str(), "{} chars", value.chars().count());

@@ -1666,6 +1666,11 @@ fn every_value_a_manifest_error_repeats_is_cut_to_128_characters() {
             format!(r#"{{"name": "mine", "{long}": 1}}"#),
             format!("unknown field `{cut}`"),
         ),
+        // A control character cannot start a line that passes for another file's.
+        (
+            r#"{"name": "mine", "typo\nother.json: all good": 1}"#.to_string(),
+            r"unknown field `typo\nother.json: all good`".to_string(),
+        ),
         (
             format!(r#"{{"name": "mine", "k{long}": 1, "k{long}": 2}}"#),
             format!("duplicate key `k{}…`", "x".repeat(127)),
