@@ -94,7 +94,8 @@ PY
 # activate every domain.
 run() {
   addrs=()
-  "$tools" export demo --out "$work/$3" --database "$2" >/dev/null
+  rm -rf "$work/settings-export"
+  "$tools" export demo --out "$work/settings-export" --database "$2" >/dev/null
   for _ in $(seq "$3"); do start_daemon "$2"; done
   for mix in route converse load; do measure "$1" "$mix" "${addrs[@]}"; done
   stop_daemons

@@ -12,16 +12,26 @@ use toolrouter::registry::manifest::valid_domain_name;
 
 use crate::workload::Workload;
 
-/// Writes `workload` into `out`: `manifests/`, `messages.jsonl`, `toolrouter.db` (or the
-/// settings into `database` instead) and, for the eval sets, `queries.jsonl`.
+/// Writes `workload` into `out`, a new or empty folder: `manifests/`, `messages.jsonl`,
+/// `toolrouter.db` (or the settings into `database` instead) and, for the eval sets,
+/// `queries.jsonl`.
 ///
 /// # Errors
-/// A file that cannot be written, or a database that cannot be opened or written.
+/// A folder that is not empty (an earlier export's manifests and settings would mix with
+/// this one's), a file that cannot be written, or a database that cannot be opened or
+/// written.
 pub async fn export(workload: &Workload, out: &Path, database: Option<&str>) -> toolrouter::Result<()> {
     let io = |source| toolrouter::Error::Io {
         context: format!("cannot write to {}", out.display()),
         source,
     };
+    if std::fs::read_dir(out).is_ok_and(|mut entries| entries.next().is_some()) {
+        return Err(toolrouter::Error::Config(format!(
+            "{} is not empty: export into a new or empty folder (the files of an earlier \
+             export would mix with this one's)",
+            out.display()
+        )));
+    }
     let manifests = out.join("manifests");
     std::fs::create_dir_all(&manifests).map_err(io)?;
     write_manifests(&workload.registry, &manifests).map_err(io)?;
@@ -126,6 +136,20 @@ mod tests {
         write_manifests(&w.registry, dir.path()).unwrap();
         let loaded = Registry::load_dirs(&[dir.path().to_path_buf()]).unwrap();
         assert_eq!(loaded.version(), w.registry.version());
+    }
+
+    #[tokio::test]
+    async fn an_export_goes_into_a_new_or_empty_folder_only() {
+        let w = crate::workload::demo();
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out");
+        export(&w, &out, None).await.unwrap();
+        assert!(out.join("manifests").join("sonarr.json").exists());
+        let e = export(&w, &out, None).await.unwrap_err().to_string();
+        assert!(e.contains("is not empty"), "{e}");
+        let empty = dir.path().join("empty");
+        std::fs::create_dir(&empty).unwrap();
+        export(&w, &empty, None).await.unwrap();
     }
 
     #[test]
