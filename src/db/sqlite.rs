@@ -18,8 +18,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
+use sqlx::Connection as _;
 use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
+    SqliteSynchronous,
 };
 
 use super::{Stamp, StoredConversation};
@@ -190,6 +192,30 @@ impl Store {
 
 // The statements.
 
+/// Runs `work` in a transaction on a pooled connection, committing when it succeeds. A
+/// connection whose transaction failed is closed, not pooled again: when SQLite refuses a
+/// COMMIT (a full disk) it may end the transaction itself or leave it open, and sqlx's count
+/// of open transactions then no longer agrees with it, so that connection would run every
+/// later write inside a transaction that never commits (answering as if they were saved) and
+/// hold the write lock. Closing it ends whatever is open.
+pub(super) async fn in_transaction<T>(
+    pool: &SqlitePool,
+    work: impl AsyncFnOnce(&mut SqliteConnection) -> sqlx::Result<T>,
+) -> sqlx::Result<T> {
+    let mut conn = pool.acquire().await?;
+    let result = async {
+        let mut tx = conn.begin().await?;
+        let out = work(&mut tx).await?;
+        tx.commit().await?;
+        Ok(out)
+    }
+    .await;
+    if result.is_err() {
+        conn.close_on_drop();
+    }
+    result
+}
+
 /// The settings of the database at `url`, read without changing it: opened read-only, no
 /// migration; `None` when it has no settings table.
 pub(super) async fn settings_only(url: &str) -> Result<Option<Vec<(String, String)>>> {
@@ -251,30 +277,31 @@ pub(super) async fn load_conversation(
     pool: &SqlitePool,
     id: &str,
 ) -> sqlx::Result<Option<StoredConversation>> {
-    let mut tx = pool.begin().await?;
-    let last_seen: Option<(i64,)> = sqlx::query_as("SELECT last_seen FROM conversations WHERE id = ?1")
+    in_transaction(pool, async |tx| {
+        let last_seen: Option<(i64,)> = sqlx::query_as("SELECT last_seen FROM conversations WHERE id = ?1")
+            .bind(id)
+            .fetch_optional(&mut *tx)
+            .await?;
+        let Some((last_seen,)) = last_seen else {
+            return Ok(None);
+        };
+        let rows: Vec<(String, bool, bool)> = sqlx::query_as(
+            "SELECT domain, loaded, hit FROM conversation_domains WHERE conversation_id = ?1 ORDER BY seq, domain",
+        )
         .bind(id)
-        .fetch_optional(&mut *tx)
+        .fetch_all(&mut *tx)
         .await?;
-    let Some((last_seen,)) = last_seen else {
-        return Ok(None);
-    };
-    let rows: Vec<(String, bool, bool)> = sqlx::query_as(
-        "SELECT domain, loaded, hit FROM conversation_domains WHERE conversation_id = ?1 ORDER BY seq, domain",
-    )
-    .bind(id)
-    .fetch_all(&mut *tx)
-    .await?;
-    tx.commit().await?;
-    let members = rows
-        .into_iter()
-        .map(|(domain, loaded, hit)| Member { domain, loaded, hit })
-        .collect();
-    Ok(Some(StoredConversation {
-        last_seen,
-        version: 0,
-        members,
-    }))
+        let members = rows
+            .into_iter()
+            .map(|(domain, loaded, hit)| Member { domain, loaded, hit })
+            .collect();
+        Ok(Some(StoredConversation {
+            last_seen,
+            version: 0,
+            members,
+        }))
+    })
+    .await
 }
 
 pub(super) async fn conversation_stamp(pool: &SqlitePool, id: &str) -> sqlx::Result<Option<Stamp>> {
@@ -294,28 +321,30 @@ pub(super) async fn save_members(
     now_ms: i64,
     members: &[(usize, Member)],
 ) -> sqlx::Result<()> {
-    let mut tx = pool.begin().await?;
-    sqlx::query(
-        "INSERT INTO conversations (id, last_seen) VALUES (?1, ?2) ON CONFLICT (id) DO UPDATE SET last_seen = max(last_seen, excluded.last_seen)",
-    )
-    .bind(id)
-    .bind(now_ms)
-    .execute(&mut *tx)
-    .await?;
-    for (seq, m) in members {
+    in_transaction(pool, async |tx| {
         sqlx::query(
-            "INSERT INTO conversation_domains (conversation_id, domain, seq, loaded, hit) VALUES (?1, ?2, ?3, ?4, ?5) \
-             ON CONFLICT (conversation_id, domain) DO UPDATE SET loaded = max(loaded, excluded.loaded), hit = max(hit, excluded.hit)",
+            "INSERT INTO conversations (id, last_seen) VALUES (?1, ?2) ON CONFLICT (id) DO UPDATE SET last_seen = max(last_seen, excluded.last_seen)",
         )
         .bind(id)
-        .bind(&m.domain)
-        .bind(i64::try_from(*seq).unwrap_or(i64::MAX))
-        .bind(m.loaded)
-        .bind(m.hit)
+        .bind(now_ms)
         .execute(&mut *tx)
         .await?;
-    }
-    tx.commit().await
+        for (seq, m) in members {
+            sqlx::query(
+                "INSERT INTO conversation_domains (conversation_id, domain, seq, loaded, hit) VALUES (?1, ?2, ?3, ?4, ?5) \
+                 ON CONFLICT (conversation_id, domain) DO UPDATE SET loaded = max(loaded, excluded.loaded), hit = max(hit, excluded.hit)",
+            )
+            .bind(id)
+            .bind(&m.domain)
+            .bind(i64::try_from(*seq).unwrap_or(i64::MAX))
+            .bind(m.loaded)
+            .bind(m.hit)
+            .execute(&mut *tx)
+            .await?;
+        }
+        Ok(())
+    })
+    .await
 }
 
 pub(super) async fn touch_conversation(pool: &SqlitePool, id: &str, now_ms: i64) -> sqlx::Result<()> {
@@ -328,16 +357,18 @@ pub(super) async fn touch_conversation(pool: &SqlitePool, id: &str, now_ms: i64)
 }
 
 pub(super) async fn delete_conversation(pool: &SqlitePool, id: &str) -> sqlx::Result<()> {
-    let mut tx = pool.begin().await?;
-    sqlx::query("DELETE FROM conversation_domains WHERE conversation_id = ?1")
-        .bind(id)
-        .execute(&mut *tx)
-        .await?;
-    sqlx::query("DELETE FROM conversations WHERE id = ?1")
-        .bind(id)
-        .execute(&mut *tx)
-        .await?;
-    tx.commit().await
+    in_transaction(pool, async |tx| {
+        sqlx::query("DELETE FROM conversation_domains WHERE conversation_id = ?1")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("DELETE FROM conversations WHERE id = ?1")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        Ok(())
+    })
+    .await
 }
 
 pub(super) async fn forget_idle_conversation(
@@ -345,38 +376,40 @@ pub(super) async fn forget_idle_conversation(
     id: &str,
     cutoff_ms: i64,
 ) -> sqlx::Result<bool> {
-    let mut tx = pool.begin().await?;
-    sqlx::query(
-        "DELETE FROM conversation_domains WHERE conversation_id = ?1 \
-         AND EXISTS (SELECT 1 FROM conversations WHERE id = ?1 AND last_seen < ?2)",
-    )
-    .bind(id)
-    .bind(cutoff_ms)
-    .execute(&mut *tx)
-    .await?;
-    let r = sqlx::query("DELETE FROM conversations WHERE id = ?1 AND last_seen < ?2")
+    in_transaction(pool, async |tx| {
+        sqlx::query(
+            "DELETE FROM conversation_domains WHERE conversation_id = ?1 \
+             AND EXISTS (SELECT 1 FROM conversations WHERE id = ?1 AND last_seen < ?2)",
+        )
         .bind(id)
         .bind(cutoff_ms)
         .execute(&mut *tx)
         .await?;
-    tx.commit().await?;
-    Ok(r.rows_affected() > 0)
+        let r = sqlx::query("DELETE FROM conversations WHERE id = ?1 AND last_seen < ?2")
+            .bind(id)
+            .bind(cutoff_ms)
+            .execute(&mut *tx)
+            .await?;
+        Ok(r.rows_affected() > 0)
+    })
+    .await
 }
 
 pub(super) async fn delete_idle_conversations(pool: &SqlitePool, cutoff_ms: i64) -> sqlx::Result<u64> {
-    let mut tx = pool.begin().await?;
-    sqlx::query(
-        "DELETE FROM conversation_domains WHERE conversation_id IN (SELECT id FROM conversations WHERE last_seen < ?1)",
-    )
-    .bind(cutoff_ms)
-    .execute(&mut *tx)
-    .await?;
-    let r = sqlx::query("DELETE FROM conversations WHERE last_seen < ?1")
+    in_transaction(pool, async |tx| {
+        sqlx::query(
+            "DELETE FROM conversation_domains WHERE conversation_id IN (SELECT id FROM conversations WHERE last_seen < ?1)",
+        )
         .bind(cutoff_ms)
         .execute(&mut *tx)
         .await?;
-    tx.commit().await?;
-    Ok(r.rows_affected())
+        let r = sqlx::query("DELETE FROM conversations WHERE last_seen < ?1")
+            .bind(cutoff_ms)
+            .execute(&mut *tx)
+            .await?;
+        Ok(r.rows_affected())
+    })
+    .await
 }
 
 pub(super) async fn read_domains(pool: &SqlitePool) -> sqlx::Result<Vec<(String, String)>> {
@@ -393,27 +426,28 @@ pub(super) async fn upsert_domain(
 ) -> sqlx::Result<bool> {
     // Writes first: a transaction that reads before it writes cannot wait for the write
     // lock (SQLite fails it at once when another connection committed in between).
-    let mut tx = pool.begin().await?;
-    let inserted = sqlx::query(
-        "INSERT INTO domains (name, manifest, updated_at) VALUES (?1, ?2, ?3) ON CONFLICT (name) DO NOTHING",
-    )
-    .bind(name)
-    .bind(manifest)
-    .bind(now_ms)
-    .execute(&mut *tx)
-    .await?
-    .rows_affected()
-        > 0;
-    if !inserted {
-        sqlx::query("UPDATE domains SET manifest = ?2, updated_at = ?3 WHERE name = ?1")
-            .bind(name)
-            .bind(manifest)
-            .bind(now_ms)
-            .execute(&mut *tx)
-            .await?;
-    }
-    tx.commit().await?;
-    Ok(inserted)
+    in_transaction(pool, async |tx| {
+        let inserted = sqlx::query(
+            "INSERT INTO domains (name, manifest, updated_at) VALUES (?1, ?2, ?3) ON CONFLICT (name) DO NOTHING",
+        )
+        .bind(name)
+        .bind(manifest)
+        .bind(now_ms)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected()
+            > 0;
+        if !inserted {
+            sqlx::query("UPDATE domains SET manifest = ?2, updated_at = ?3 WHERE name = ?1")
+                .bind(name)
+                .bind(manifest)
+                .bind(now_ms)
+                .execute(&mut *tx)
+                .await?;
+        }
+        Ok(inserted)
+    })
+    .await
 }
 
 pub(super) async fn delete_domain(pool: &SqlitePool, name: &str) -> sqlx::Result<bool> {

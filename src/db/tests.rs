@@ -306,6 +306,55 @@ async fn a_setting_stored_as_bytes_or_a_number_is_read_as_text() {
     );
 }
 
+/// A full disk makes SQLite refuse a COMMIT and end the transaction itself, and sqlx's count
+/// of open transactions on that connection then stays one too high: pooled again, the
+/// connection ran every later write inside a transaction that never committed (loads
+/// acknowledged, then lost) and held the write lock. Such a connection is closed instead.
+/// (Checked by hand on a full 3 MB tmpfs: RELIABILITY.md.)
+#[tokio::test]
+async fn a_connection_whose_transaction_failed_is_not_pooled_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = sqlx::sqlite::SqliteConnectOptions::new()
+        .filename(dir.path().join("t.db"))
+        .create_if_missing(true);
+    let pool = sqlx::sqlite::SqlitePoolOptions::new()
+        .max_connections(1)
+        .connect_with(options)
+        .await
+        .unwrap();
+    let cache_size = async |pool: &sqlx::SqlitePool| -> i64 {
+        let (size,): (i64,) = sqlx::query_as("PRAGMA cache_size").fetch_one(pool).await.unwrap();
+        size
+    };
+    let default = cache_size(&pool).await;
+    // A setting of the connection, not of the transaction, marks it.
+    sqlx::query("PRAGMA cache_size = -1234")
+        .execute(&pool)
+        .await
+        .unwrap();
+    // The transaction ends under sqlx's feet, as a refused COMMIT ends it: COMMIT fails.
+    let failed = super::sqlite::in_transaction(&pool, async |c| {
+        sqlx::query("ROLLBACK").execute(&mut *c).await.map(drop)
+    })
+    .await;
+    assert!(failed.is_err());
+    assert_eq!(cache_size(&pool).await, default, "a fresh connection");
+    // And transactions work on.
+    super::sqlite::in_transaction(&pool, async |c| {
+        sqlx::query("CREATE TABLE t (x)").execute(&mut *c).await.map(drop)
+    })
+    .await
+    .unwrap();
+    let reader = sqlx::SqlitePool::connect(&format!("sqlite://{}", dir.path().join("t.db").display()))
+        .await
+        .unwrap();
+    let (n,): (i64,) = sqlx::query_as("SELECT count(*) FROM sqlite_master WHERE name = 't'")
+        .fetch_one(&reader)
+        .await
+        .unwrap();
+    assert_eq!(n, 1, "committed");
+}
+
 /// `tests/fixtures/before-postgres.db` was written by the daemon before the migrations moved
 /// to `migrations/sqlite/` (main at 769962f: a setting, and a conversation with a loaded
 /// group). sqlx refuses a database whose recorded migrations do not match the embedded
