@@ -497,13 +497,13 @@ impl Session {
     }
 
     /// A conversation's last use, version and members in join order, if it exists.
-    #[tracing::instrument(skip(self))]
+    #[tracing::instrument(skip(self, id))]
     pub async fn load_conversation(&self, id: &str) -> Result<Option<StoredConversation>> {
         dispatch!(self, load_conversation(id))
     }
 
     /// A conversation's version and latest recorded use, if it exists: one small read.
-    #[tracing::instrument(skip(self))]
+    #[tracing::instrument(skip(self, id))]
     pub(crate) async fn conversation_stamp(&self, id: &str) -> Result<Option<Stamp>> {
         dispatch!(self, conversation_stamp(id))
     }
@@ -512,7 +512,7 @@ impl Session {
     /// the last-seen time, in one transaction. Flags only ever turn on, so concurrent writers
     /// cannot lose each other's changes. On PostgreSQL, the versions it replaced and made;
     /// `None` on SQLite, which keeps none.
-    #[tracing::instrument(skip(self, members))]
+    #[tracing::instrument(skip(self, id, members))]
     pub(crate) async fn save_members(
         &self,
         id: &str,
@@ -535,20 +535,20 @@ impl Session {
     }
 
     /// Moves a conversation's last-seen time forward (the lazy idle-clock flush).
-    #[tracing::instrument(skip(self))]
+    #[tracing::instrument(skip(self, id))]
     pub(crate) async fn touch_conversation(&self, id: &str, now_ms: i64) -> Result<()> {
         dispatch!(self, touch_conversation(id, now_ms))
     }
 
     /// Forgets one conversation.
-    #[tracing::instrument(skip(self))]
+    #[tracing::instrument(skip(self, id))]
     pub(crate) async fn delete_conversation(&self, id: &str) -> Result<()> {
         dispatch!(self, delete_conversation(id))
     }
 
     /// Forgets one conversation if no use since `cutoff_ms` is recorded; true when it did (a
     /// use recorded meanwhile, by another daemon, keeps it).
-    #[tracing::instrument(skip(self))]
+    #[tracing::instrument(skip(self, id))]
     pub(crate) async fn forget_idle_conversation(&self, id: &str, cutoff_ms: i64) -> Result<bool> {
         dispatch!(self, forget_idle_conversation(id, cutoff_ms))
     }

@@ -558,3 +558,64 @@ async fn a_domain_change_by_another_daemon_is_heard_and_an_own_one_is_not() {
     );
     other.close().await;
 }
+
+/// The spans of the statements never carry a conversation id (SPEC §11: a short hash of it,
+/// never the id, is all a log line may hold), so an event inside one, like sqlx's warning
+/// about a slow statement, cannot log it.
+#[test]
+fn statement_spans_do_not_record_conversation_ids() {
+    use std::sync::{Arc, Mutex};
+    use tracing_subscriber::layer::SubscriberExt as _;
+
+    /// Every span opened, with its fields.
+    struct Spans(Arc<Mutex<Vec<String>>>);
+    impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Spans {
+        fn on_new_span(
+            &self,
+            attrs: &tracing::span::Attributes<'_>,
+            _: &tracing::span::Id,
+            _: tracing_subscriber::layer::Context<'_, S>,
+        ) {
+            let mut shown = attrs.metadata().name().to_string();
+            attrs.record(
+                &mut |field: &tracing::field::Field, value: &dyn std::fmt::Debug| {
+                    shown.push_str(&format!(" {}={value:?}", field.name()));
+                },
+            );
+            self.0.lock().unwrap().push(shown);
+        }
+    }
+    let spans = Arc::new(Mutex::new(Vec::new()));
+    let subscriber = tracing_subscriber::registry().with(Spans(spans.clone()));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    tracing::subscriber::with_default(subscriber, || {
+        runtime.block_on(async {
+            let f = sqlite_fixture().await.unwrap();
+            let id = "alice@example.com";
+            let s = f.db.session().await.unwrap();
+            s.save_members(id, 1, &[(0, member("d", true, false))])
+                .await
+                .unwrap();
+            s.load_conversation(id).await.unwrap().unwrap();
+            s.conversation_stamp(id).await.unwrap();
+            s.touch_conversation(id, 2).await.unwrap();
+            s.forget_idle_conversation(id, 0).await.unwrap();
+            s.delete_conversation(id).await.unwrap();
+        });
+    });
+    let spans = spans.lock().unwrap();
+    for name in [
+        "save_members",
+        "load_conversation",
+        "conversation_stamp",
+        "touch_conversation",
+        "forget_idle_conversation",
+        "delete_conversation",
+    ] {
+        assert!(spans.iter().any(|s| s.starts_with(name)), "{name}: {spans:?}");
+    }
+    assert!(!spans.iter().any(|s| s.contains("alice")), "{spans:?}");
+}
