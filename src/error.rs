@@ -346,7 +346,8 @@ impl From<Error> for tonic::Status {
             }
             // The caller sent bytes that are not its request message: its mistake, not ours.
             Error::Decode(_) => {
-                tracing::warn!(error = %err, "request refused: not decodable");
+                // The call log's line says it failed and why; this is for debugging a client.
+                tracing::debug!(error = %err, "request refused: not decodable");
                 Status::invalid_argument(err.to_string())
             }
             Error::GroupNotFound { .. } | Error::DomainNotFound { .. } => Status::not_found(err.to_string()),

@@ -169,10 +169,8 @@ where
             Ok(Some(profile)) => {
                 request.extensions_mut().insert(BoundProfile(profile));
             }
-            Err(status) => {
-                tracing::warn!(path = request.uri().path(), "call refused: not authenticated");
-                return refuse(status);
-            }
+            // The call log's line for the call says it was refused, and why.
+            Err(status) => return refuse(status),
         }
         if self.policy.draining.load(Ordering::SeqCst) {
             return refuse(Status::unavailable(
@@ -180,10 +178,6 @@ where
             ));
         }
         let Ok(permit) = self.policy.permits.clone().try_acquire_owned() else {
-            tracing::warn!(
-                limit = self.policy.max_concurrent,
-                "call shed: at the concurrency limit"
-            );
             return refuse(Status::resource_exhausted(format!(
                 "The daemon is at its limit of {} concurrent calls; retry shortly.",
                 self.policy.max_concurrent
@@ -197,14 +191,11 @@ where
             let _permit = permit;
             match tokio::time::timeout(timeout, inner.call(request)).await {
                 Ok(response) => response,
-                Err(_) => {
-                    tracing::warn!(?timeout, "call timed out");
-                    Ok(Status::deadline_exceeded(format!(
-                        "The call took longer than the request timeout of {}.",
-                        humantime::format_duration(timeout)
-                    ))
-                    .into_http())
-                }
+                Err(_) => Ok(Status::deadline_exceeded(format!(
+                    "The call took longer than the request timeout of {}.",
+                    humantime::format_duration(timeout)
+                ))
+                .into_http()),
             }
         })
     }

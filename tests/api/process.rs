@@ -486,6 +486,25 @@ async fn each_call_is_logged_once_without_its_text_and_counted_in_the_metrics() 
 }
 
 #[tokio::test]
+async fn a_refused_call_is_logged_once() {
+    let dir = temp_dir();
+    let daemon = Daemon::start(dir.path(), &["--auth-token", "secret-token"]);
+    let mut c = daemon.client().await;
+    let refused = c.route(route_request("hello", "")).await.unwrap_err();
+    assert_eq!(refused.code(), Code::Unauthenticated);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let log = daemon.log();
+    let lines = json_lines(&log);
+    let about_it: Vec<&serde_json::Value> = lines
+        .iter()
+        .filter(|v| v["level"] == "WARN" || v["fields"]["method"] == "Route")
+        .collect();
+    assert_eq!(about_it.len(), 1, "one line per call (SPEC §11): {log}");
+    assert_eq!(about_it[0]["fields"]["message"], "call failed", "{log}");
+    assert_eq!(about_it[0]["fields"]["code"], "UNAUTHENTICATED", "{log}");
+}
+
+#[tokio::test]
 async fn a_search_hit_is_counted_per_domain_and_logged_in_a_json_array() {
     let dir = temp_dir();
     set_settings(dir.path(), &[("qbittorrent_url", "http://nas:8080")]).await;
