@@ -106,7 +106,12 @@ impl Store {
             // A load acknowledged to a client must survive a crash: commit means on disk.
             .synchronous(SqliteSynchronous::Full);
         let path = file_of(url)?;
-        let pool = open(&options).await?;
+        // Named, since SQLite's own words (`unable to open database file`, `file is not a
+        // database`) do not say which.
+        let pool = open(&options).await.map_err(|e| match &path {
+            Some(p) => Error::Unavailable(format!("cannot open the database file {}: {e}", p.display())),
+            None => e,
+        })?;
         let file = match &path {
             Some(p) => Some(file_id(p).map_err(|e| Error::Io {
                 context: format!("cannot inspect the database file {}", p.display()),

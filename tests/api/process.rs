@@ -313,6 +313,25 @@ async fn bad_database_urls_and_tls_files_are_bad_configuration_exit_2() {
             shown(&out)
         );
     }
+    // A database file that cannot be opened is a runtime failure (exit 1) naming the file.
+    let not_a_db = dir.path().join("notes.db");
+    std::fs::write(&not_a_db, vec![0x5a_u8; 8192]).unwrap();
+    let no_folder = dir.path().join("no-such-folder").join("t.db");
+    for file in [&not_a_db, &no_folder] {
+        let url = format!("sqlite://{}", file.display());
+        let out = run(
+            dir.path(),
+            &["serve", "--listen", "127.0.0.1:0", "--database", &url],
+        )
+        .await;
+        assert_eq!(out.status.code(), Some(1), "{}", shown(&out));
+        let want = format!("cannot open the database file {}", file.display());
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains(&want),
+            "{}",
+            shown(&out)
+        );
+    }
 }
 
 #[tokio::test]
