@@ -96,8 +96,21 @@ impl Connection {
     pub async fn channel(&self) -> Result<Channel> {
         let addr = &self.addr;
         let timeout = self.timeout();
-        let mut endpoint = Endpoint::from_shared(self.url())
-            .map_err(|e| Error::Config(format!("invalid --addr {addr:?}: {e}")))?
+        let endpoint = Endpoint::from_shared(self.url())
+            .map_err(|e| Error::Config(format!("invalid --addr {addr:?}: {e}")))?;
+        // The URL parser takes any digits for a port (and then has none); a connection to
+        // one past 65535 would only fail as "connection refused".
+        if let Some(authority) = endpoint.uri().authority()
+            && authority.port_u16().is_none()
+            && let Some((_, port)) = authority.as_str().rsplit_once(':')
+            && !port.is_empty()
+            && port.bytes().all(|b| b.is_ascii_digit())
+        {
+            return Err(Error::Config(format!(
+                "invalid --addr {addr:?}: port {port} is not between 0 and 65535"
+            )));
+        }
+        let mut endpoint = endpoint
             .connect_timeout(timeout)
             // Every call gets a deadline, sent to the daemon as `grpc-timeout` too, so a
             // daemon that accepts and never answers cannot hang the caller.

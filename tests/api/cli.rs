@@ -62,6 +62,14 @@ async fn a_wrong_flag_exits_2_and_an_unreachable_daemon_exits_1_with_one_line() 
         "{stderr}"
     );
     assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+    // A port no address can have is a bad flag, not an unreachable daemon.
+    let out = run(dir.path(), &["groups", "--addr", "127.0.0.1:99999"]).await;
+    assert_eq!(out.status.code(), Some(2), "{}", shown(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("port 99999 is not between 0 and 65535"),
+        "{stderr}"
+    );
 }
 
 #[tokio::test]
