@@ -450,10 +450,12 @@ impl ToolRouter for ToolRouterService {
 
     async fn invalidate_settings(
         &self,
-        _request: Request<proto::InvalidateSettingsRequest>,
+        request: Request<proto::InvalidateSettingsRequest>,
     ) -> Result<Response<proto::InvalidateSettingsResponse>, Status> {
+        // The request names no profile; a token bound to one sees the domains it leaves.
+        let profile = self.profile(&request, "")?;
         let view = self.state.invalidate_settings().await?;
-        let active_domains = domain_names(&view.registry, view.activation.active());
+        let active_domains = domain_names(&view.registry, view.scope(profile).activation.active());
         tracing::info!(active = active_domains.len(), "settings invalidated");
         Ok(Response::new(proto::InvalidateSettingsResponse {
             active_domains,

@@ -325,6 +325,16 @@ async fn a_token_bound_to_a_profile_uses_it_and_cannot_name_another() {
         .into_inner();
     assert!(!refused.allowed);
     assert!(refused.text.contains("profile 'mcp-media'"), "{}", refused.text);
+    // Domains its profile hides are not named to it, not even as active.
+    app.ui.set_setting("docker_host", "tcp://nas:2375").await.unwrap();
+    app.ui.set_setting("radarr_url", "http://nas:7878").await.unwrap();
+    let active = media
+        .invalidate_settings(toolrouter::proto::InvalidateSettingsRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .active_domains;
+    assert_eq!(active, ["radarr"]);
     let err = media.route(route_as("hi", "", "ops")).await.unwrap_err();
     assert_eq!(err.code(), Code::PermissionDenied);
     assert_eq!(
