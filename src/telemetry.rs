@@ -449,7 +449,14 @@ where
         let path = request.uri().path().to_string();
         Box::pin(async move {
             let started = Instant::now();
+            // A call whose future is dropped before it answers (cut at the drain timeout, or
+            // given up by its client) still gets its one line.
+            let unanswered = Unanswered {
+                path: Some(path),
+                started,
+            };
             let mut result = inner.call(request).await;
+            let path = unanswered.answered();
             if let Ok(response) = &mut result {
                 over_transport_limit_is_resource_exhausted(response);
             }
@@ -520,6 +527,33 @@ where
             }
             result
         })
+    }
+}
+
+/// Logs a call dropped before it answered, when dropped armed.
+struct Unanswered {
+    /// The call's path while armed.
+    path: Option<String>,
+    started: Instant,
+}
+
+impl Unanswered {
+    /// Disarms it (the call answered, and the call log's line follows), giving its path back.
+    fn answered(mut self) -> String {
+        self.path.take().unwrap_or_default()
+    }
+}
+
+impl Drop for Unanswered {
+    fn drop(&mut self) {
+        if let Some(path) = self.path.take() {
+            let method = path.strip_prefix("/toolrouter.v1.ToolRouter/").unwrap_or(&path);
+            tracing::warn!(
+                method = %method,
+                latency_ms = self.started.elapsed().as_secs_f64() * 1000.0,
+                "call dropped before it answered (client gone, or cut at the drain timeout)"
+            );
+        }
     }
 }
 

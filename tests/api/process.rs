@@ -95,6 +95,21 @@ async fn at_the_drain_timeout_the_daemon_exits_0_and_the_cut_call_is_not_acknowl
         .expect("exited at the drain timeout");
     assert_eq!(status.code(), Some(0), "{}", daemon.log());
     assert!(daemon.log().contains("drain timeout reached"), "{}", daemon.log());
+    // The cut call still has its line (SPEC §11: one per call).
+    let lines = json_lines(&daemon.log());
+    let cut: Vec<&serde_json::Value> = lines
+        .iter()
+        .filter(|v| v["fields"]["method"] == "LoadToolGroup")
+        .collect();
+    assert_eq!(cut.len(), 1, "{}", daemon.log());
+    assert!(
+        cut[0]["fields"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("call dropped before it answered"),
+        "{}",
+        daemon.log()
+    );
     let answer = in_flight.await.unwrap();
     assert!(
         answer.is_err(),
