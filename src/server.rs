@@ -429,8 +429,16 @@ pub fn tls(config: &Config) -> Result<Option<ServerTlsConfig>> {
     };
     let tls = ServerTlsConfig::new().identity(Identity::from_pem(read(cert)?, read(key)?));
     Server::builder().tls_config(tls.clone()).map_err(|e| {
+        // The transport's error says only "transport error"; its causes say what is wrong.
+        let mut why = e.to_string();
+        let mut cause = std::error::Error::source(&e);
+        while let Some(c) = cause {
+            why.push_str(": ");
+            why.push_str(&c.to_string());
+            cause = c.source();
+        }
         Error::Config(format!(
-            "--tls-cert and --tls-key do not make a server identity: {e}"
+            "--tls-cert and --tls-key do not make a server identity: {why}"
         ))
     })?;
     Ok(Some(tls))

@@ -315,7 +315,8 @@ async fn bad_database_urls_and_tls_files_are_bad_configuration_exit_2() {
                 "--tls-key",
                 garbage,
             ],
-            "do not make a server identity",
+            // With the transport's cause, not only "transport error".
+            "do not make a server identity: transport error: Error parsing TLS private key",
         ),
     ];
     for (extra, want) in cases {
