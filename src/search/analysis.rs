@@ -214,6 +214,7 @@ const STOP_WORDS: &[&str] = &[
     "nice",
     "bye",
     "goodbye",
+    "cheers",
     "lol",
     "hmm",
     "wow",
@@ -269,6 +270,17 @@ const STOP_WORDS: &[&str] = &[
     "question",
     "talk",
 ];
+
+/// Stop words of courtesy: a sentence or clause made of one of them and at most one other
+/// word is small talk, not a request ("many thanks", "thanks for your time", "good night").
+const COURTESY: &[&str] = &[
+    "thanks", "thank", "thx", "cheers", "hi", "hello", "hey", "bye", "goodbye", "good",
+];
+
+/// Whether a lowercase stop word is one of courtesy.
+pub(crate) fn is_courtesy(word: &str) -> bool {
+    word.len() <= 7 && COURTESY.contains(&word)
+}
 
 /// Whether a character is a Han ideograph (the CJK Unified Ideographs blocks and their
 /// compatibility forms).

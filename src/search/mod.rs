@@ -473,17 +473,26 @@ impl SearchIndex {
     /// that stand for it, appended to `out` (distinct among those appended, not from what
     /// `out` held): the word terms, then the pairs of word terms that follow each other
     /// (stop words skipped, as in the index; a word the index does not have breaks a pair).
+    /// Also whether the words are small talk: a word of courtesy (thanks, a greeting, a
+    /// farewell) and at most one word that is not a stop word ("many thanks", "thanks for your
+    /// time", "good night").
     fn segment_terms<'w>(
         &self,
         words: impl IntoIterator<Item = (Range<usize>, &'w str)>,
         out: &mut Vec<(TermId, Range<usize>)>,
         pairs: &mut Vec<(TermId, Range<usize>)>,
-    ) {
+    ) -> bool {
         let from = out.len();
         pairs.clear();
         let mut previous: Option<(TermId, usize)> = None;
+        let (mut courtesy, mut said) = (false, 0usize);
         for (span, word) in words {
-            match self.term(word) {
+            let term = self.term(word);
+            match term {
+                Err(true) => courtesy = courtesy || analysis::is_courtesy(word),
+                _ => said += 1,
+            }
+            match term {
                 Ok(term) => {
                     if let Some((first, start)) = previous
                         && let Some(&pair) = self.pair_terms.get(&(first, term))
@@ -501,6 +510,7 @@ impl SearchIndex {
             }
         }
         out.append(pairs);
+        courtesy && said <= 1
     }
 
     /// The distinct terms of a piece of text, each with the first words that stand for it.
@@ -698,7 +708,10 @@ impl SearchIndex {
 
         for segment in 0..text.segment_count() {
             let terms_from = terms.len();
-            self.segment_terms(text.segment_words(segment), terms, pairs);
+            let small_talk = self.segment_terms(text.segment_words(segment), terms, pairs);
+            if small_talk {
+                terms.truncate(terms_from);
+            }
             if terms.len() == terms_from {
                 continue;
             }

@@ -133,6 +133,12 @@ async fn small_talk_has_no_search_hit_and_leaves_nothing_sticky() {
         "Thanks for everything today",
         "nice one",
         "I have a question",
+        // Courtesy and one other word is still small talk.
+        "many thanks",
+        "thanks for your time",
+        "good night",
+        "good night and thanks",
+        "cheers mate",
     ] {
         let r = app.route(message, "small-talk").await;
         assert!(
@@ -141,6 +147,13 @@ async fn small_talk_has_no_search_hit_and_leaves_nothing_sticky() {
             decisions(&r)
         );
     }
+    // Courtesy beside a request is no small talk: the request is searched.
+    let r = app.route("thanks, download the newest mistral model", "").await;
+    assert!(
+        !r.fallback && decisions(&r).iter().any(|(_, why, _)| *why == "REASON_SEARCH"),
+        "{:?}",
+        decisions(&r)
+    );
     app.stop().await;
 }
 
