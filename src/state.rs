@@ -556,7 +556,9 @@ impl State {
     /// # Errors
     /// A database fault or an automaton too large to build.
     pub async fn new(registry: Registry, config: &Config) -> Result<State> {
-        let db = Db::connect_with(&config.database, config.busy_timeout).await?;
+        let db = Db::connect_with(&config.database, config.busy_timeout)
+            .await?
+            .within_requests_of(config.request_timeout);
         let settings = SettingsCache::new(db.clone(), config.settings_ttl).await?;
         let snapshot = settings.get().await;
         let manifests = registry.into_domains();

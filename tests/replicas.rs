@@ -352,10 +352,11 @@ async fn a_postgres_restart_under_load_is_ridden_out_and_recovered_from_by_itsel
         );
         return;
     };
-    // A short busy timeout: calls against the stopped server end within two seconds. A
-    // request timeout of two busy timeouts, and settings re-read on nearly every call: were
-    // each call to wait for the stopped server, once for the settings and once for the
-    // conversation, a Route would run into the request timeout instead of answering.
+    // A request timeout shorter than the busy timeout, and settings re-read on nearly every
+    // call: were a call to wait for the stopped server as long as the busy timeout lets it
+    // (or once for the settings and once more for the conversation), a Route would run into
+    // the request timeout instead of answering from memory. Database calls are cut at half
+    // the request timeout, and once one found the server unreachable the others fail over.
     let hold = Hold::Alone {
         _guard: CLUSTER.write().await,
     };
@@ -364,7 +365,7 @@ async fn a_postgres_restart_under_load_is_ridden_out_and_recovered_from_by_itsel
         &["sonarr_url", "radarr_url"],
         &[
             "--busy-timeout",
-            "1s",
+            "5s",
             "--request-timeout",
             "2s",
             "--settings-ttl",
@@ -435,7 +436,8 @@ async fn a_postgres_restart_under_load_is_ridden_out_and_recovered_from_by_itsel
             "replica {i}: the failed load was adopted"
         );
     }
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Long enough for calls to probe the stopped server (one a second), each cut in time.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
     pg_ctl(&ctl, &["start", "-w", "-t", "60"]);
 
     // Each replica recovers by itself: its next writes succeed, and it hears settings

@@ -278,6 +278,16 @@ impl Db {
         })
     }
 
+    /// Cuts each PostgreSQL call at half of `request_timeout` when that is sooner than twice
+    /// the busy timeout, so a call that waits for a server that does not answer still ends
+    /// (and the outage is noted, see [`reach`]) in time for `Route` to answer from memory
+    /// and for the rest to say `UNAVAILABLE`, rather than in the request timeout.
+    #[must_use]
+    pub(crate) fn within_requests_of(mut self, request_timeout: Duration) -> Db {
+        self.bound = self.bound.min(request_timeout / 2);
+        self
+    }
+
     /// The database file as opened (as the URL names it); `None` for an in-memory database
     /// or a server.
     pub fn path(&self) -> Option<&Path> {
@@ -443,7 +453,7 @@ async fn bounded<T>(
     let result = match tokio::time::timeout(bound, op).await {
         Ok(result) => result.map_err(Error::from),
         Err(_) => Err(Error::Unavailable(format!(
-            "the database did not answer within {} (twice the busy timeout)",
+            "the database did not answer within {} (twice the busy timeout, or half the request timeout)",
             humantime::format_duration(bound)
         ))),
     };
