@@ -192,7 +192,7 @@ where
             match tokio::time::timeout(timeout, inner.call(request)).await {
                 Ok(response) => response,
                 Err(_) => Ok(Status::deadline_exceeded(format!(
-                    "The call took longer than the request timeout of {}.",
+                    "{PAST_THE_REQUEST_TIMEOUT} of {}.",
                     humantime::format_duration(timeout)
                 ))
                 .into_http()),
@@ -200,6 +200,10 @@ where
         })
     }
 }
+
+/// How the daemon's own `DEADLINE_EXCEEDED` answer begins, so a client tells it from its
+/// own deadline (no answer at all).
+pub(crate) const PAST_THE_REQUEST_TIMEOUT: &str = "The call took longer than the request timeout";
 
 #[cfg(test)]
 mod tests {

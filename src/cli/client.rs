@@ -51,8 +51,11 @@ pub(super) async fn within<T>(
 ) -> Option<Result<T, tonic::Status>> {
     match tokio::time::timeout(conn.timeout(), fut).await {
         Ok(Ok(r)) => Some(Ok(r.into_inner())),
+        // The channel's own deadline (sent as `grpc-timeout` too) is no answer; the daemon's
+        // answer that the call ran past its request timeout is an answer.
         Ok(Err(s))
-            if s.code() == tonic::Code::DeadlineExceeded
+            if (s.code() == tonic::Code::DeadlineExceeded
+                && !s.message().starts_with(crate::guard::PAST_THE_REQUEST_TIMEOUT))
                 || (s.code() == tonic::Code::Cancelled && s.message().contains("Timeout expired")) =>
         {
             None

@@ -7,7 +7,7 @@ use tonic::Code;
 use tonic_health::pb::health_check_response::ServingStatus;
 
 use crate::helpers::{
-    TestApp, WriteLock, health, list_services, load_request, plain_connection, route_request,
+    TestApp, WriteLock, health, list_services, load_request, plain_connection, route_request, run, shown,
 };
 
 #[tokio::test]
@@ -158,6 +158,19 @@ async fn a_call_past_the_request_timeout_is_deadline_exceeded_and_not_applied() 
     let err = app.load("c1", "sonarr").await.unwrap_err();
     assert_eq!(err.code(), Code::DeadlineExceeded);
     assert!(err.message().contains("300ms"), "{}", err.message());
+    // The CLI shows the daemon's answer, not "no answer" (its own deadline is 10 s).
+    let addr = app.addr.to_string();
+    let out = run(
+        app.dir(),
+        &["load", "--addr", &addr, "--conversation", "c2", "sonarr"],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(1), "{}", shown(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("The call took longer than the request timeout of 300ms"),
+        "{stderr}"
+    );
     lock.release().await;
     // As a client would: retry until an answer comes in time. On a loaded machine the first
     // retry can also pass the 300 ms (the abandoned statement still holds its connection
