@@ -146,27 +146,12 @@ pub(super) async fn settings(
             file.display()
         )));
     }
-    let db = Db::connect(&database).await?;
     // What was done, for --json: the action, the key and (unset) whether it was set.
     let mut done = match action {
-        SettingsAction::Set { key, value } => {
-            db.set_setting(&key, &value).await?;
-            if !opts.json {
-                out!("set {key}");
-            }
-            json!({ "action": "set", "key": key })
-        }
-        SettingsAction::Unset { key } => {
-            let existed = db.unset_setting(&key).await?;
-            if !opts.json {
-                out!("{} {key}", if existed { "unset" } else { "was not set:" });
-            }
-            json!({ "action": "unset", "key": key, "wasSet": existed })
-        }
+        // Listing reads the table as it is: a database of another program is not migrated.
         SettingsAction::List => {
-            let mut rows = db.read_settings().await?;
+            let mut rows = crate::db::read_settings_only(&database).await?;
             rows.sort();
-            db.close().await;
             if opts.json {
                 let map: serde_json::Map<String, Value> =
                     rows.into_iter().map(|(k, v)| (k, Value::String(v))).collect();
@@ -177,8 +162,25 @@ pub(super) async fn settings(
             }
             return Ok(());
         }
+        SettingsAction::Set { key, value } => {
+            let db = Db::connect(&database).await?;
+            db.set_setting(&key, &value).await?;
+            db.close().await;
+            if !opts.json {
+                out!("set {key}");
+            }
+            json!({ "action": "set", "key": key })
+        }
+        SettingsAction::Unset { key } => {
+            let db = Db::connect(&database).await?;
+            let existed = db.unset_setting(&key).await?;
+            db.close().await;
+            if !opts.json {
+                out!("{} {key}", if existed { "unset" } else { "was not set:" });
+            }
+            json!({ "action": "unset", "key": key, "wasSet": existed })
+        }
     };
-    db.close().await;
     // Best effort: the change is in the table either way and shows within one TTL.
     let notified = match conn.client().await {
         Ok(mut c) => call(conn, c.invalidate_settings(proto::InvalidateSettingsRequest {})).await,

@@ -537,6 +537,51 @@ async fn settings_refuses_a_database_that_does_not_exist_unless_create() {
     .await;
     assert_eq!(out.status.code(), Some(0), "{}", shown(&out));
     assert!(fresh.exists());
+    let out = run(
+        dir.path(),
+        &[
+            "settings",
+            "--addr",
+            "127.0.0.1:1",
+            "--database",
+            &fresh_url,
+            "list",
+            "--json",
+        ],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", shown(&out));
+    assert_eq!(json_of(&out)["settings"]["k"], "v", "{}", shown(&out));
+
+    // Listing another program's database reads it and changes nothing; without a settings
+    // table there is nothing to list.
+    let other = dir.path().join("other_app.db");
+    let options = sqlx::sqlite::SqliteConnectOptions::new()
+        .filename(&other)
+        .create_if_missing(true);
+    let pool = sqlx::SqlitePool::connect_with(options).await.unwrap();
+    sqlx::query("CREATE TABLE notes (x)")
+        .execute(&pool)
+        .await
+        .unwrap();
+    pool.close().await;
+    let before = std::fs::read(&other).unwrap();
+    let other_url = sqlite_url(&other);
+    let out = run(
+        dir.path(),
+        &[
+            "settings",
+            "--addr",
+            "127.0.0.1:1",
+            "--database",
+            &other_url,
+            "list",
+        ],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(2), "{}", shown(&out));
+    assert!(shown(&out).contains("has no settings table"), "{}", shown(&out));
+    assert_eq!(std::fs::read(&other).unwrap(), before, "the file was changed");
 }
 
 #[tokio::test]
