@@ -96,7 +96,10 @@ pub async fn read_settings_only(url: &str) -> Result<Vec<(String, String)>> {
         postgres::settings_only(url, BUSY_TIMEOUT).await
     } else {
         sqlite::settings_only(url).await
-    })?;
+    })
+    // Named, since the driver's words ("pool timed out", "unable to open database file") do
+    // not say which database.
+    .map_err(|e| Error::Unavailable(format!("cannot read the settings of {}: {e}", redact_url(url))))?;
     rows.ok_or_else(|| Error::Config(format!("the database {} has no settings table", redact_url(url))))
 }
 

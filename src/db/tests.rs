@@ -89,6 +89,15 @@ async fn settings_are_read_from_a_url_without_changing_the_database(f: Fixture) 
             format!("sqlite://{}", path.display())
         }
     };
+    let gone = format!(
+        "sqlite://{}",
+        std::env::temp_dir().join("no-such-folder-x/t.db").display()
+    );
+    let err = read_settings_only(&gone).await.unwrap_err().to_string();
+    assert!(
+        err.starts_with(&format!("cannot read the settings of {gone}: ")),
+        "{err}"
+    );
     for _ in 0..2 {
         let err = read_settings_only(&bare).await.unwrap_err();
         assert!(matches!(err, Error::Config(_)), "{err}");
