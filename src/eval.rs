@@ -164,7 +164,12 @@ fn figures<'a>(outcomes: impl Iterator<Item = &'a Outcome>, registry_tools: usiz
     f.fallback_rate = fallback as f64 / n;
     f.us_per_query = micros / n;
     times.sort_by(f64::total_cmp);
-    f.us_median = times[times.len() / 2];
+    let mid = times.len() / 2;
+    f.us_median = if times.len() % 2 == 0 {
+        (times[mid - 1] + times[mid]) / 2.0
+    } else {
+        times[mid]
+    };
     f
 }
 

@@ -86,8 +86,16 @@ pub(super) fn eval(args: &EvalArgs) -> Result<(), Failure> {
         rows.push(row("overall", &report.overall));
         print_table(
             &[
-                "SPLIT", "QUERIES", "STRICT", "SOFT", "TOOLS", "SHARE", "ORACLE", "COST", "FALLBACK",
-                "US/QUERY",
+                "SPLIT",
+                "QUERIES",
+                "STRICT",
+                "SOFT",
+                "TOOLS",
+                "SHARE",
+                "ORACLE",
+                "COST",
+                "FALLBACK",
+                "US MEDIAN",
             ],
             &rows,
         );

@@ -514,10 +514,27 @@ impl SearchIndex {
     }
 
     /// The distinct terms of a piece of text, each with the first words that stand for it.
+    /// A word written as an identifier (`quuxlyReport`, `HTTPServer`, `sync4plexar`, as a
+    /// model guessing a tool's name writes it) is read as its parts, as names are indexed.
     fn query_terms(&self, text: &str) -> Vec<(TermId, Range<usize>)> {
         let mut words: Vec<(Range<usize>, String)> = Vec::new();
         analysis::for_each_word(text, &mut String::new(), |span, word| {
-            words.push((span, word.to_string()));
+            let written = &text[span.clone()];
+            let split = analysis::split_identifier(written);
+            if !split.contains(' ') {
+                words.push((span, word.to_string()));
+                return;
+            }
+            // Each part is a piece of the word as written, in order.
+            let mut at = 0;
+            for part in split.split(' ').filter(|p| !p.is_empty()) {
+                let Some(found) = written[at..].find(part) else {
+                    continue;
+                };
+                let start = span.start + at + found;
+                at += found + part.len();
+                words.push((start..start + part.len(), part.to_lowercase()));
+            }
         });
         let mut out = Vec::new();
         self.segment_terms(

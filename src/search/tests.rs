@@ -326,6 +326,29 @@ fn a_query_word_joined_by_underscores_is_read_as_its_parts() {
 }
 
 #[test]
+fn a_query_word_written_as_an_identifier_is_read_as_its_parts() {
+    let registry = Registry::from_sources([(
+        "alpha.json",
+        r#"{"name":"alpha","tools":[{"name":"getQuuxlyReport","description":"Reads the report"},{"name":"sync4plexar","description":"Syncs"},{"name":"other","description":"Something else"}]}"#,
+    )])
+    .unwrap();
+    let index = SearchIndex::new(&registry);
+    for (query, want) in [
+        ("quuxlyReport", "getQuuxlyReport"),
+        ("QuuxlyReport please", "getQuuxlyReport"),
+        ("4plexar", "sync4plexar"),
+        ("plexar4", "sync4plexar"),
+    ] {
+        let hits = index.search_tools(query, 5, None);
+        let first = hits
+            .first()
+            .map(|h| registry.domain(h.domain).tools[h.tool].name.as_str());
+        assert_eq!(first, Some(want), "{query}: {hits:?}");
+        assert!(hits[0].score > 0.0, "{query}: {hits:?}");
+    }
+}
+
+#[test]
 fn text_written_without_spaces_is_found_by_its_characters() {
     let registry = Registry::from_sources([
         (

@@ -200,6 +200,8 @@ async fn eval_reports_each_split_and_ends_with_one_json_line() {
     let (folder, queries) = eval_fixture(dir.path());
     let (table, report) = evaluate(dir.path(), &folder, &queries, "augment").await;
     assert!(table.contains("SPLIT") && table.contains("overall"), "{table}");
+    // The time column is the median the JSON calls `us_median` (`us_per_query` is the mean).
+    assert!(table.contains("US MEDIAN"), "{table}");
     // "turn the heating up" says no keyword: search finds climate; "hello" falls back to all.
     assert_eq!(report["splits"]["a"]["strict_recall"], 1.0);
     assert_eq!(report["splits"]["a"]["reasons"]["search"], 1);
