@@ -461,11 +461,7 @@ where
                 over_transport_limit_is_resource_exhausted(response);
             }
             let elapsed = started.elapsed();
-            // `/toolrouter.v1.ToolRouter/Route` -> `Route`; other services keep their full path.
-            let method = path
-                .strip_prefix("/toolrouter.v1.ToolRouter/")
-                .unwrap_or(&path)
-                .to_string();
+            let method = logged_method(&path);
             let latency_ms = elapsed.as_secs_f64() * 1000.0;
             match &result {
                 Ok(response) => {
@@ -547,14 +543,19 @@ impl Unanswered {
 impl Drop for Unanswered {
     fn drop(&mut self) {
         if let Some(path) = self.path.take() {
-            let method = path.strip_prefix("/toolrouter.v1.ToolRouter/").unwrap_or(&path);
             tracing::warn!(
-                method = %method,
+                method = %logged_method(&path),
                 latency_ms = self.started.elapsed().as_secs_f64() * 1000.0,
                 "call dropped before it answered (client gone, or cut at the drain timeout)"
             );
         }
     }
+}
+
+/// A call's method as its log line names it: `/toolrouter.v1.ToolRouter/Route` -> `Route`;
+/// other services keep their full path.
+fn logged_method(path: &str) -> &str {
+    path.strip_prefix("/toolrouter.v1.ToolRouter/").unwrap_or(path)
 }
 
 /// The `ToolRouter` RPCs, as the `method` label names them.
