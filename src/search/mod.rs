@@ -487,13 +487,9 @@ impl SearchIndex {
         let mut previous: Option<(TermId, usize)> = None;
         let (mut courtesy, mut said) = (false, 0usize);
         for (span, word) in words {
-            let term = self.term(word);
-            match term {
-                Err(true) => courtesy = courtesy || analysis::is_courtesy(word),
-                _ => said += 1,
-            }
-            match term {
+            match self.term(word) {
                 Ok(term) => {
+                    said += 1;
                     if let Some((first, start)) = previous
                         && let Some(&pair) = self.pair_terms.get(&(first, term))
                         && !pairs.iter().any(|(t, _)| *t == pair)
@@ -505,8 +501,11 @@ impl SearchIndex {
                         out.push((term, span));
                     }
                 }
-                Err(true) => {}
-                Err(false) => previous = None,
+                Err(true) => courtesy = courtesy || analysis::is_courtesy(word),
+                Err(false) => {
+                    said += 1;
+                    previous = None;
+                }
             }
         }
         out.append(pairs);
