@@ -5,7 +5,10 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use crate::helpers::{json_of, manifest_dir, run, run_with_env, set_settings, shown, spawn_app, temp_dir};
+use crate::helpers::{
+    json_of, manifest_dir, other_programs_database, run, run_with_env, set_settings, shown, spawn_app,
+    temp_dir,
+};
 
 #[tokio::test]
 async fn check_on_a_broken_manifest_folder_exits_2_and_names_the_file() {
@@ -256,16 +259,7 @@ async fn eval_reads_the_settings_database_a_config_file_names_and_never_creates_
     // Another program's database is read, never changed: without a settings table it is
     // refused, and left as it was.
     let other = dir.path().join("other_app.db");
-    let options = sqlx::sqlite::SqliteConnectOptions::new()
-        .filename(&other)
-        .create_if_missing(true);
-    let pool = sqlx::SqlitePool::connect_with(options).await.unwrap();
-    sqlx::query("CREATE TABLE users (id INTEGER)")
-        .execute(&pool)
-        .await
-        .unwrap();
-    pool.close().await;
-    let before = std::fs::read(&other).unwrap();
+    let before = other_programs_database(&other).await;
     let url = format!("sqlite://{}", other.display());
     let out = run(dir.path(), &[&base[..], &["--database", url.as_str()]].concat()).await;
     assert_eq!(out.status.code(), Some(2), "{}", shown(&out));

@@ -91,6 +91,21 @@ pub async fn set_settings(dir: &Path, settings: &[(&str, &str)]) {
     set_settings_at(&db_url(dir), settings).await;
 }
 
+/// Makes the SQLite file `path` as another program would: a table of its own, nothing of
+/// this daemon's. Returns its bytes, to tell whether anything changed it.
+pub async fn other_programs_database(path: &Path) -> Vec<u8> {
+    let options = sqlx::sqlite::SqliteConnectOptions::new()
+        .filename(path)
+        .create_if_missing(true);
+    let pool = sqlx::SqlitePool::connect_with(options).await.unwrap();
+    sqlx::query("CREATE TABLE notes (x)")
+        .execute(&pool)
+        .await
+        .unwrap();
+    pool.close().await;
+    std::fs::read(path).unwrap()
+}
+
 /// [`set_settings`] in the database at `url`.
 pub async fn set_settings_at(url: &str, settings: &[(&str, &str)]) {
     let db = Db::connect(url).await.unwrap();

@@ -5,8 +5,8 @@
 use std::time::{Duration, Instant};
 
 use crate::helpers::{
-    Backend, Daemon, TestApp, demo_registry, fresh_postgres_database, json_of, manifest_dir, run, shown,
-    spawn_app, sqlite_url, temp_dir,
+    Backend, Daemon, TestApp, demo_registry, fresh_postgres_database, json_of, manifest_dir,
+    other_programs_database, run, shown, spawn_app, sqlite_url, temp_dir,
 };
 
 #[tokio::test]
@@ -556,16 +556,7 @@ async fn settings_refuses_a_database_that_does_not_exist_unless_create() {
     // Listing another program's database reads it and changes nothing; without a settings
     // table there is nothing to list.
     let other = dir.path().join("other_app.db");
-    let options = sqlx::sqlite::SqliteConnectOptions::new()
-        .filename(&other)
-        .create_if_missing(true);
-    let pool = sqlx::SqlitePool::connect_with(options).await.unwrap();
-    sqlx::query("CREATE TABLE notes (x)")
-        .execute(&pool)
-        .await
-        .unwrap();
-    pool.close().await;
-    let before = std::fs::read(&other).unwrap();
+    let before = other_programs_database(&other).await;
     let other_url = sqlite_url(&other);
     let out = run(
         dir.path(),
