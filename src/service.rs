@@ -716,12 +716,42 @@ fn registry_event(scope: Scope<'_>) -> proto::RegistryEvent {
     proto::RegistryEvent {
         registry_version: registry.version(),
         active_domains: domain_names(registry, scope.activation.active()),
-        disabled_tools: scope.view.settings.disabled().as_slice().to_vec(),
+        disabled_tools: disabled_in_scope(&scope),
         tools: registry
             .domain_ids()
             .map(|d| scope.activation.visible_count(registry, d) as u32)
             .sum(),
     }
+}
+
+/// The disabled tools (names or globs) a `WatchRegistry` consumer is told of: every entry
+/// without a profile; under one, only the entries that disable a tool the profile may see
+/// (SPEC §10: its other tools are invisible to it), so a change to the others is no change.
+fn disabled_in_scope(scope: &Scope<'_>) -> Vec<String> {
+    let disabled = scope.view.settings.disabled();
+    let Some(profile) = scope.profile else {
+        return disabled.as_slice().to_vec();
+    };
+    let mut seen = vec![false; disabled.as_slice().len()];
+    if !disabled.is_empty() {
+        for domain in scope.view.registry.domains() {
+            if !profile.allows_domain(&domain.name) {
+                continue;
+            }
+            for tool in domain.tools.iter().filter(|t| profile.allows_tool(t)) {
+                for i in disabled.matching(&tool.name) {
+                    seen[i] = true;
+                }
+            }
+        }
+    }
+    disabled
+        .as_slice()
+        .iter()
+        .zip(seen)
+        .filter(|(_, seen)| *seen)
+        .map(|(entry, _)| entry.clone())
+        .collect()
 }
 
 /// The answer to `CheckToolCall` (SPEC §10), with a sentence saying it.

@@ -50,6 +50,15 @@ impl Patterns {
         !self.patterns.is_empty() && self.set.is_match(name)
     }
 
+    /// The positions (in [`Patterns::as_slice`]) of the patterns that match the whole name.
+    pub fn matching(&self, name: &str) -> Vec<usize> {
+        if self.patterns.is_empty() {
+            Vec::new()
+        } else {
+            self.set.matches(name)
+        }
+    }
+
     /// The patterns as written.
     pub fn as_slice(&self) -> &[String] {
         &self.patterns

@@ -71,6 +71,18 @@ async fn a_watcher_sees_the_state_then_each_change_in_order() {
         (third_a.disabled_tools.as_slice(), third_a.tools),
         (&["a2".to_string()][..], 1)
     );
+    // Disabling a tool the profile cannot see: news to the whole registry's watcher only,
+    // and the profile's events never name it (SPEC §10).
+    app.set("toolrouter.disabled_tools", r#"["a2", "b*"]"#).await;
+    let disabled_b = next(&mut all).await;
+    assert_eq!(disabled_b.disabled_tools, ["a2", "b*"]);
+    assert!(
+        quiet(&mut only_a).await,
+        "the profile does not see b1: nothing changed for it"
+    );
+    app.set("toolrouter.disabled_tools", r#"["a2"]"#).await;
+    assert_eq!(next(&mut all).await.disabled_tools, ["a2"]);
+    assert!(quiet(&mut only_a).await);
 
     // A reload with new manifests.
     std::fs::write(
@@ -86,6 +98,7 @@ async fn a_watcher_sees_the_state_then_each_change_in_order() {
     let fourth_a = next(&mut only_a).await;
     assert_eq!(fourth_a.registry_version, reloaded.registry_version);
     assert_eq!(fourth_a.active_domains, ["a"]);
+    assert_eq!(fourth_a.disabled_tools, ["a2"]);
 }
 
 #[tokio::test]
