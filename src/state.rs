@@ -1059,9 +1059,15 @@ impl State {
         };
         let stored = self.inner.db.delete_domain(name).await?;
         if !stored && !served {
+            // Every stored domain, served or left out (a left-out one can be deleted too).
+            let mut registered: Vec<String> = match self.inner.db.read_domains().await {
+                Ok(rows) => rows.into_iter().map(|(name, _)| name).collect(),
+                Err(_) => sources.runtime.iter().map(|d| d.name.clone()).collect(),
+            };
+            registered.sort();
             return Err(Error::DomainNotFound {
                 name: name.to_string(),
-                registered: sources.runtime.iter().map(|d| d.name.clone()).collect(),
+                registered,
             });
         }
         let Some(parts) = parts else {

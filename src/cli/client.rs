@@ -487,16 +487,22 @@ pub(super) async fn reload(args: &ClientArgs) -> Result<(), Failure> {
     )
     .await;
     // Refused, the daemon serves on with the old manifests.
-    manifest_refusal(reloaded, tonic::Code::FailedPrecondition)
+    manifest_refusal(reloaded, &[tonic::Code::FailedPrecondition])
 }
 
-/// An answer the daemon refused with `code` because of a manifest is a manifest problem:
-/// exit 2, as `check` would.
-fn manifest_refusal<T>(answer: Result<T, Failure>, code: tonic::Code) -> Result<(), Failure> {
+/// An answer the daemon refused with one of `codes` because of a manifest is a manifest
+/// problem: exit 2, as `check` would.
+fn manifest_refusal<T>(answer: Result<T, Failure>, codes: &[tonic::Code]) -> Result<(), Failure> {
     match answer {
         Ok(_) => Ok(()),
         // A `Failure` from a `Status` starts with the code's name.
-        Err(f) if f.message.starts_with(&format!("{code:?}:")) => Err(Failure::config(f.message)),
+        Err(f)
+            if codes
+                .iter()
+                .any(|code| f.message.starts_with(&format!("{code:?}:"))) =>
+        {
+            Err(Failure::config(f.message))
+        }
         Err(f) => Err(f),
     }
 }
@@ -602,7 +608,11 @@ pub(super) async fn domains(command: DomainsCommand) -> Result<(), Failure> {
                 },
             )
             .await;
-            manifest_refusal(upserted, tonic::Code::InvalidArgument)
+            // Invalid, or named like a domain of the manifests the daemon loads.
+            manifest_refusal(
+                upserted,
+                &[tonic::Code::InvalidArgument, tonic::Code::AlreadyExists],
+            )
         }
         DomainsCommand::Delete { name, client } => {
             let request = proto::DeleteDomainRequest { name: name.clone() };

@@ -384,6 +384,13 @@ async fn a_stored_domain_that_no_longer_fits_is_left_out_at_start_and_comes_back
     let (tools, _) = all_tools(&mut app).await;
     assert!(tools.contains(&"file_named_tool".to_string()) && !tools.contains(&"named_tool".to_string()));
     assert_eq!(stored(&app).await, ["extra", "named"], "left out, not deleted");
+    // An unknown name is told every stored domain, served or not: each can be deleted.
+    let err = app.delete_domain("nosuch").await.unwrap_err();
+    assert_eq!(err.code(), Code::NotFound);
+    assert_eq!(
+        err.message(),
+        "Run-time domain 'nosuch' not found. Domains registered at run time: extra, named"
+    );
     assert_eq!(
         app.upsert_domain(&domain("named", "named_tool"))
             .await
@@ -563,6 +570,21 @@ async fn domains_upsert_and_delete_work_from_the_command_line() {
     assert!(
         stderr.contains("InvalidArgument") && stderr.contains("TOML"),
         "{stderr}"
+    );
+    // So is one named like a domain of the manifests the daemon loads.
+    let sonarr = app.dir().join("sonarr.json");
+    std::fs::write(&sonarr, LAB.replace("\"lab\"", "\"sonarr\"")).unwrap();
+    let out = run(
+        app.dir(),
+        &["domains", "upsert", sonarr.to_str().unwrap(), "--addr", &addr],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(2), "{}", shown(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("AlreadyExists: Domain 'sonarr' comes from the manifests"),
+        "{}",
+        shown(&out)
     );
 
     let out = run(app.dir(), &["domains", "delete", "lab", "--addr", &addr]).await;
