@@ -328,6 +328,48 @@ fn postgres_unavailable(code: &str) -> bool {
     matches!(code.get(..2), Some("08" | "53" | "57" | "58")) || matches!(code, "55P03" | "40001" | "40P01")
 }
 
+/// The most bytes a status message takes on the wire (`grpc-message`, where every byte but
+/// printable ASCII other than `%` takes three). Clients refuse response headers over 16 KiB
+/// (h2's default), and then see a protocol error instead of the answer.
+const STATUS_MESSAGE_BYTES: usize = 8 * 1024;
+
+/// The bytes `text` takes as a `grpc-message` header (percent-encoded).
+fn on_the_wire(text: &str) -> usize {
+    text.bytes()
+        .map(|b| {
+            if (0x20..0x7f).contains(&b) && b != b'%' {
+                1
+            } else {
+                3
+            }
+        })
+        .sum()
+}
+
+/// `head`, then one problem a line, as many as fit in [`STATUS_MESSAGE_BYTES`]; the rest
+/// counted in a last line, and then every one of them logged, so none is lost.
+fn problems_within(head: &str, errors: &ManifestErrors) -> String {
+    // Room for the last line.
+    let budget = STATUS_MESSAGE_BYTES - 120;
+    let mut message = head.to_string();
+    let mut used = on_the_wire(head);
+    for (i, e) in errors.0.iter().enumerate() {
+        let line = format!("\n{e}");
+        used += on_the_wire(&line);
+        if used > budget {
+            let more = errors.0.len() - i;
+            message.push_str(&format!(
+                "\n... and {more} more problem{} (the daemon's log lists every one).",
+                if more == 1 { "" } else { "s" }
+            ));
+            tracing::warn!(problems = %errors, "{head} The answer lists {i} of the {} problems.", errors.0.len());
+            return message;
+        }
+        message.push_str(&line);
+    }
+    message
+}
+
 impl From<Error> for tonic::Status {
     fn from(err: Error) -> Self {
         use tonic::Status;
@@ -339,8 +381,10 @@ impl From<Error> for tonic::Status {
             | Error::ControlCharacters { .. }
             | Error::UnknownEnumValue { .. }
             | Error::UnknownProfile { .. }
-            | Error::ManifestTooLong { .. }
-            | Error::DomainRefused(_) => Status::invalid_argument(err.to_string()),
+            | Error::ManifestTooLong { .. } => Status::invalid_argument(err.to_string()),
+            Error::DomainRefused(errors) => {
+                Status::invalid_argument(problems_within("The domain is refused; nothing changed.", errors))
+            }
             Error::ProfileNotAllowed { .. } | Error::RegistryChangeNotAllowed { .. } => {
                 Status::permission_denied(err.to_string())
             }
@@ -354,8 +398,11 @@ impl From<Error> for tonic::Status {
             Error::DomainFromManifestsExists { .. } => Status::already_exists(err.to_string()),
             Error::GroupNotConfigured { .. }
             | Error::GroupWithoutTools { .. }
-            | Error::ManifestsRefused { .. }
             | Error::DomainFromManifestsKept { .. } => Status::failed_precondition(err.to_string()),
+            Error::ManifestsRefused { version, errors } => Status::failed_precondition(problems_within(
+                &format!("The manifests are invalid; still serving registry version {version:016x}."),
+                errors,
+            )),
             // The database cannot be used: the caller may retry, and learns why.
             _ if err.is_unavailable() => {
                 tracing::warn!(error = %err, "request failed: database unavailable");
@@ -601,6 +648,53 @@ mod tests {
         for (err, code) in cases {
             let shown = err.to_string();
             assert_eq!(tonic::Status::from(Error::Database(err)).code(), code, "{shown}");
+        }
+    }
+
+    #[test]
+    fn a_refusal_with_many_problems_fits_in_a_status_header_and_counts_the_rest() {
+        let problem = |i: usize| ManifestError {
+            path: format!("/a/long/folder/with/many/manifests/ünïcode-{i}.json"),
+            position: None,
+            message: format!("tool #{i}: tier must be one of read, modify, destructive (got \"nope\")"),
+        };
+        // Few: every one, as Display has them.
+        let few = ManifestErrors((0..3).map(problem).collect());
+        let status = tonic::Status::from(Error::DomainRefused(few.clone()));
+        assert_eq!(status.message(), Error::DomainRefused(few).to_string());
+        // Many: as many as fit, then the count of the rest.
+        for n in [150, 2000] {
+            let many = ManifestErrors((0..n).map(problem).collect());
+            for err in [
+                Error::DomainRefused(many.clone()),
+                Error::ManifestsRefused {
+                    version: 7,
+                    errors: many.clone(),
+                },
+            ] {
+                let head = err.to_string().lines().next().unwrap().to_string();
+                let status = tonic::Status::from(err);
+                let text = status.message();
+                assert!(
+                    on_the_wire(text) <= STATUS_MESSAGE_BYTES,
+                    "{n}: {}",
+                    on_the_wire(text)
+                );
+                let lines: Vec<&str> = text.lines().collect();
+                assert_eq!(lines[0], head);
+                let listed = lines.len() - 2;
+                assert!(listed > 10, "{n}: {listed}");
+                for (i, line) in lines[1..=listed].iter().enumerate() {
+                    assert_eq!(*line, problem(i).to_string());
+                }
+                assert_eq!(
+                    *lines.last().unwrap(),
+                    format!(
+                        "... and {} more problems (the daemon's log lists every one).",
+                        n - listed
+                    )
+                );
+            }
         }
     }
 }

@@ -77,6 +77,27 @@ async fn invalid_manifests_keep_the_old_registry_and_list_every_problem(backend:
     assert_eq!(app.group_names().await, ["alpha", "base"]);
     assert_eq!(app.route("apple", "").await.registry_version, before);
 
+    // So many problems that the list would pass the client's header limit: the answer still
+    // arrives, with as many as fit and the count of the rest.
+    let tools: Vec<String> = (0..300)
+        .map(|i| format!(r#"{{"name":"bad{i}","description":"d","tier":"nope"}}"#))
+        .collect();
+    std::fs::write(
+        folder.join("many.json"),
+        format!(r#"{{"name":"many","tools":[{}]}}"#, tools.join(",")),
+    )
+    .unwrap();
+    let err = app.reload().await.unwrap_err();
+    assert_eq!(err.code(), Code::FailedPrecondition, "{}", err.message());
+    assert!(err.message().contains("many.json"), "{}", err.message());
+    assert!(
+        err.message()
+            .ends_with("more problems (the daemon's log lists every one)."),
+        "{}",
+        err.message()
+    );
+    std::fs::remove_file(folder.join("many.json")).unwrap();
+
     // A folder that disappeared is a listed problem too, not a crash.
     std::fs::remove_dir_all(&folder).unwrap();
     let err = app.reload().await.unwrap_err();
