@@ -302,6 +302,12 @@ impl Registry {
                 ));
             }
             for path in paths {
+                // A FIFO, socket or device named like a manifest is refused unread: reading a
+                // FIFO waits for a writer, for ever (a link to nowhere fails its read below).
+                if std::fs::metadata(&path).is_ok_and(|m| !m.is_file()) {
+                    problem(&path, "manifest", std::io::Error::other("not a regular file"));
+                    continue;
+                }
                 match std::fs::read_to_string(&path) {
                     Ok(text) => sources.push((path.display().to_string(), text)),
                     Err(e) => problem(&path, "manifest", e),

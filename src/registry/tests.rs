@@ -121,6 +121,38 @@ fn a_dangling_link_named_like_a_manifest_fails_the_load_naming_it() {
 }
 
 #[test]
+fn a_fifo_named_like_a_manifest_fails_the_load_naming_it_without_waiting_for_a_writer() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("a.json"),
+        r#"{"name": "a", "tools": [{"name": "t", "description": "d", "tier": "read"}]}"#,
+    )
+    .unwrap();
+    let fifo = dir.path().join("pipe.json");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success());
+    // Run aside, so that a load blocked on the FIFO fails the test instead of hanging it.
+    let dirs = vec![dir.path().to_path_buf()];
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(
+            Registry::check_dirs(&dirs)
+                .0
+                .map(|_| ())
+                .map_err(|e| e.to_string()),
+        );
+    });
+    let e = rx
+        .recv_timeout(std::time::Duration::from_secs(10))
+        .expect("the load returns")
+        .unwrap_err();
+    assert_eq!(
+        e,
+        format!("{}: cannot read manifest: not a regular file", fifo.display())
+    );
+}
+
+#[test]
 fn the_same_folder_given_twice_is_read_once() {
     let root = tempfile::tempdir().unwrap();
     let dir = root.path().join("m");
