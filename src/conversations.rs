@@ -454,6 +454,26 @@ impl Conversations {
                 }
             }
         }
+        // The conversations calls hold (cached or not): a call's clock may be newer than the
+        // stored one, which the delete below reads (a call waiting on a locked database file
+        // for long enough saw its conversation's earlier groups deleted under it). Each
+        // one's clock is written once its call is done, first.
+        let in_use: Vec<(Arc<str>, Arc<Mutex<Entry>>)> = self
+            .live
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .entries
+            .iter()
+            .filter_map(|(id, weak)| Some((id.clone(), weak.upgrade()?)))
+            .filter(|(_, entry)| entry.try_lock().is_err())
+            .collect();
+        for (id, entry) in in_use {
+            let mut e = entry.lock().await;
+            if e.in_db && e.last_seen > e.flushed {
+                session.touch_conversation(&id, e.last_seen).await?;
+                e.flushed = e.last_seen;
+            }
+        }
         session
             .delete_idle_conversations(now_ms() - self.ttl_ms())
             .await?;
@@ -573,6 +593,37 @@ mod tests {
             .unwrap();
         let stored = db.load_conversation("c1").await.unwrap().expect("kept");
         assert!(stored.last_seen > saved_at + 1_000, "the last use was written");
+    }
+
+    #[tokio::test]
+    async fn upkeep_deletes_nothing_a_call_holds_while_its_stored_clock_is_old() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.db");
+        let ttl = Duration::from_secs(1);
+        let s = Arc::new(store(&path, ttl).await);
+        load_a(&s, "c1").await;
+        tokio::time::sleep(ttl * 3 / 5).await;
+        // A call takes the conversation (a use, within the TTL) and is slow to finish, as
+        // one waiting on a locked database file is; meanwhile the stored clock (the load's)
+        // passes the TTL and upkeep runs.
+        let mut e = s.lock("c1").await.unwrap();
+        tokio::time::sleep(ttl * 3 / 5).await;
+        let upkeep = tokio::spawn({
+            let s = s.clone();
+            async move { s.maintain().await }
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        e.record(["b"], Mark::Loaded).await.unwrap();
+        drop(e);
+        upkeep.await.unwrap().unwrap();
+        let again = store(&path, Duration::from_secs(3600)).await;
+        assert_eq!(
+            again.lock("c1").await.unwrap().state(),
+            &Conversation {
+                members: vec![member("a", true, false), member("b", true, false)],
+            },
+            "the load before the slow call survives"
+        );
     }
 
     #[tokio::test]
