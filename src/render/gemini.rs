@@ -2,9 +2,12 @@
 //! select subset of OpenAPI 3.0. A manifest's JSON Schema is reduced to it: `$ref`s into
 //! `$defs`/`definitions` inlined, `type` arrays with `"null"` turned into `nullable`, a
 //! `null` branch of `anyOf`/`oneOf` likewise, enum values as strings, `const` as a one-value
-//! enum, `oneOf` as `anyOf`, and every keyword the `Schema` object does not have removed.
+//! enum, `oneOf` as `anyOf`, `allOf` merged into one node (properties and `required` join,
+//! bounds take the strictest, other fields the first that sets them), and every keyword the
+//! `Schema` object does not have removed.
 //! What cannot be expressed is dropped, never invented: a cyclic `$ref` drops the property
-//! that holds it, a tuple `items` is dropped, a `format` the API rejects for its type is
+//! that holds it, a tuple's `items` is dropped (also `items` beside `prefixItems`, which
+//! speaks of the elements after the prefix only), a `format` the API rejects for its type is
 //! dropped. Fields the API allows on one type only go where it takes them: a node without a
 //! type gets the one its fields say, a union's fields move into the branch of their type, and
 //! a field of another type than the node's is dropped (an enum on an integer; the value keeps
@@ -243,6 +246,8 @@ impl<'a> Reducer<'a> {
         let mut out = Map::new();
         let mut nullable = false;
         let mut any_of: Option<Vec<Value>> = None;
+        let mut all_of: Option<Map<String, Value>> = None;
+        let mut constraints = Map::new();
         for (key, value) in node {
             match key.as_str() {
                 "type" => match value {
@@ -312,8 +317,11 @@ impl<'a> Reducer<'a> {
                     out.insert(key.clone(), value.clone());
                 }
                 "items" => {
-                    // A tuple (`items` as an array, or `prefixItems`) has no Gemini form.
-                    if let Some(items) = self.reduce(value, refs) {
+                    // A tuple (`items` as an array, or `prefixItems`, beside which `items`
+                    // says only the elements after the prefix) has no Gemini form.
+                    if !node.contains_key("prefixItems")
+                        && let Some(items) = self.reduce(value, refs)
+                    {
                         out.insert("items".into(), items);
                     }
                 }
@@ -349,18 +357,36 @@ impl<'a> Reducer<'a> {
                     }
                 }
                 "allOf" => {
-                    // One branch is that schema; several would need merging JSON Schema
-                    // semantics, which the `Schema` object cannot express.
-                    if let Value::Array(branches) = value
-                        && let [only] = branches.as_slice()
-                        && let Some(Value::Object(s)) = self.reduce(only, refs)
-                    {
-                        for (k, v) in s {
-                            out.entry(k).or_insert(v);
+                    if let Value::Array(branches) = value {
+                        let mut reduced = Vec::with_capacity(branches.len());
+                        for b in branches {
+                            if let Some(Value::Object(s)) = self.reduce(b, refs) {
+                                reduced.push(s);
+                            }
+                            // A branch that only adds constraints ({"minimum": 5}, {"required":
+                            // [...]} of properties the others define) names no type and
+                            // reduces to nothing: its bounds and names still count.
+                            for (k, v) in b.as_object().into_iter().flatten() {
+                                let bound = (COUNTS.contains(&k.as_str()) && v.as_u64().is_some())
+                                    || (matches!(k.as_str(), "minimum" | "maximum") && v.is_number());
+                                if bound || (k == "required" && v.is_array()) {
+                                    join(&mut constraints, k.clone(), v.clone());
+                                }
+                            }
                         }
+                        all_of = Some(merge_all_of(reduced));
                     }
                 }
                 _ => {}
+            }
+        }
+        // `allOf` applies beside the node's own fields, which win where both set one.
+        if let Some(merged) = all_of {
+            for (k, v) in merged {
+                join(&mut out, k, v);
+            }
+            for (k, v) in constraints {
+                join(&mut out, k, v);
             }
         }
         if let Some(mut branches) = any_of {
@@ -423,6 +449,61 @@ impl<'a> Reducer<'a> {
             }
         }
         expressible(&out).then_some(Value::Object(out))
+    }
+}
+
+/// `allOf`'s reduced branches as one node (every branch applies): see [`join`]; nullable
+/// only when every branch is.
+fn merge_all_of(branches: Vec<Map<String, Value>>) -> Map<String, Value> {
+    let nullable = !branches.is_empty()
+        && branches
+            .iter()
+            .all(|b| b.get("nullable") == Some(&Value::Bool(true)));
+    let mut out = Map::new();
+    for branch in branches {
+        for (k, v) in branch {
+            if k != "nullable" {
+                join(&mut out, k, v);
+            }
+        }
+    }
+    if nullable {
+        out.insert("nullable".into(), Value::Bool(true));
+    }
+    out
+}
+
+/// Adds a field of a schema that applies too (an `allOf` branch) to a reduced node: the
+/// properties join (a name both define keeps the node's schema), the `required` names add
+/// up, a bound takes the stricter value (larger `min*`, smaller `max*`), and any other field
+/// the node has already stays (two values that differ keep one: a constraint dropped, none
+/// invented).
+fn join(node: &mut Map<String, Value>, key: String, value: Value) {
+    let Some(have) = node.get_mut(&key) else {
+        node.insert(key, value);
+        return;
+    };
+    match (have, value) {
+        (Value::Object(have), Value::Object(more)) if key == "properties" => {
+            for (name, schema) in more {
+                have.entry(name).or_insert(schema);
+            }
+        }
+        (Value::Array(have), Value::Array(more)) if key == "required" => {
+            for name in more {
+                if !have.contains(&name) {
+                    have.push(name);
+                }
+            }
+        }
+        (have, more) if key.starts_with("min") || key.starts_with("max") => {
+            if let (Some(a), Some(b)) = (have.as_f64(), more.as_f64())
+                && (if key.starts_with("min") { b > a } else { b < a })
+            {
+                *have = more;
+            }
+        }
+        _ => {}
     }
 }
 
@@ -785,6 +866,57 @@ mod tests {
     }
 
     #[test]
+    fn all_of_branches_merge_into_one_node_and_only_bounds_get_stricter() {
+        let out = reduce(json!({
+            "type": "object",
+            "$defs": {"Address": {"type": "object",
+                "properties": {"street": {"type": "string"}, "city": {"type": "string"}},
+                "required": ["street", "city"]}},
+            "properties": {
+                "address": {"description": "Where to ship", "allOf": [
+                    {"$ref": "#/$defs/Address"},
+                    {"type": "object", "properties": {"country": {"type": "string"}},
+                     "required": ["country"]},
+                ]},
+                "code": {"allOf": [{"type": "string"}, {"maxLength": 5}], "description": "Short"},
+                "bounded": {"type": "integer", "minimum": 1, "maximum": 100,
+                            "allOf": [{"minimum": 5}, {"maximum": 500}, {"maximum": 50}]},
+                "named": {"type": "object", "properties": {"a": {"type": "string", "maxLength": 3}},
+                          "allOf": [{"properties": {"a": {"type": "integer"},
+                                                    "b": {"type": "string"}}},
+                                    {"required": ["a", "b", "ghost"]}]},
+                "nullable_once": {"allOf": [{"type": ["string", "null"]}, {"minLength": 2}]},
+            },
+            "required": ["address", "code"],
+        }))
+        .unwrap();
+        assert_eq!(
+            out,
+            json!({
+                "type": "OBJECT",
+                "properties": {
+                    "address": {"description": "Where to ship", "type": "OBJECT",
+                        "properties": {"street": {"type": "STRING"}, "city": {"type": "STRING"},
+                                       "country": {"type": "STRING"}},
+                        "required": ["street", "city", "country"]},
+                    "code": {"description": "Short", "type": "STRING", "maxLength": 5},
+                    // The node's own and every branch's bounds all hold: the strictest.
+                    "bounded": {"type": "INTEGER", "minimum": 5, "maximum": 50},
+                    // A name both define keeps the node's schema; required names of a
+                    // branch with nothing else count, for properties that exist.
+                    "named": {"type": "OBJECT", "properties": {
+                        "a": {"type": "STRING", "maxLength": 3}, "b": {"type": "STRING"}},
+                        "required": ["a", "b"]},
+                    // Null passes only when every branch lets it.
+                    "nullable_once": {"type": "STRING", "minLength": 2},
+                },
+                "required": ["address", "code"],
+            })
+        );
+        assert_eq!(check_schema(&out), Vec::<String>::new());
+    }
+
+    #[test]
     fn what_the_api_refuses_outright_is_dropped_with_its_property_and_required_follows() {
         let out = reduce(json!({
             "type": "object",
@@ -794,11 +926,12 @@ mod tests {
                 "bare_array": {"type": "array"},
                 "any_items": {"type": "array", "items": {}},
                 "map": {"type": "object", "additionalProperties": {"type": "string"}},
-                "merged": {"allOf": [{"type": "string"}, {"minLength": 1}]},
+                "tuple_then": {"type": "array", "prefixItems": [{"type": "string"}],
+                               "items": {"type": "number"}},
                 "null_only": {"type": "null"},
                 "either": {"type": ["string", "array"], "description": "E"},
             },
-            "required": ["keep", "tuple", "map", "merged", "either"],
+            "required": ["keep", "tuple", "map", "tuple_then", "either"],
         }))
         .unwrap();
         assert_eq!(
