@@ -225,6 +225,12 @@ pub(crate) enum Notice {
     Resumed,
 }
 
+/// How soon a re-read a notice asked for is tried again when it failed: what the notice
+/// covers is still unread, and no other notice may come (one sent while the listening
+/// connection was down is lost; a listener that just came back finds the server still
+/// marked unreachable, or a pooled connection dead since the restart).
+pub(crate) const NOTICE_RETRY: Duration = Duration::from_secs(1);
+
 /// Waits for the next notice and takes those queued behind it, which one re-read covers:
 /// `Resumed` if any of them was, else `Changed`; `None` once the listener is gone.
 pub(crate) async fn next_notices(notices: &mut mpsc::Receiver<Notice>) -> Option<Notice> {
@@ -321,10 +327,11 @@ impl Db {
     /// `Unavailable` when the SQLite file is missing or cannot be reopened, or while the
     /// PostgreSQL server is unreachable (see [`reach`]).
     pub(crate) async fn session(&self) -> Result<Session> {
+        let admitted = Instant::now();
         let pool = match &self.backend {
             Backend::Sqlite(s) => Pool::Sqlite(counted(s.pool().await)?),
             Backend::Postgres(s) => {
-                counted(self.reach.admit(Instant::now()))?;
+                counted(self.reach.admit(admitted))?;
                 Pool::Postgres(s.pool.clone())
             }
         };
@@ -332,6 +339,7 @@ impl Db {
             pool,
             bound: self.bound,
             reach: self.reach.clone(),
+            admitted,
         })
     }
 
@@ -415,6 +423,7 @@ impl Db {
                 bounded(
                     self.bound,
                     &self.reach,
+                    None,
                     postgres::announce_settings(&s.pool, &s.origin),
                 )
                 .await,
@@ -447,12 +456,18 @@ impl Db {
 
 /// A PostgreSQL operation cut after `bound`: its wait for a connection and its statements are
 /// bounded by the server too, but a server that stopped answering without closing the
-/// connection would hold the call forever. What it found is noted in `reach`.
+/// connection would hold the call forever. What it found is noted in `reach`. Not run at all
+/// when a call found the server unreachable since the session was `admitted` (see
+/// [`reach::Reach::proceed`]).
 async fn bounded<T>(
     bound: Duration,
     reach: &reach::Reach,
+    admitted: Option<Instant>,
     op: impl Future<Output = sqlx::Result<T>>,
 ) -> Result<T> {
+    if let Some(admitted) = admitted {
+        reach.proceed(admitted)?;
+    }
     let result = match tokio::time::timeout(bound, op).await {
         Ok(result) => result.map_err(Error::from),
         Err(_) => Err(Error::Unavailable(format!(
@@ -477,6 +492,8 @@ pub(crate) struct Session {
     pool: Pool,
     bound: Duration,
     reach: Arc<reach::Reach>,
+    /// When [`Db::session`] let the call use the server.
+    admitted: Instant,
 }
 
 /// Runs one statement fn of the session's backend, bounded (PostgreSQL) and counted.
@@ -485,7 +502,7 @@ macro_rules! dispatch {
         let session = $session;
         counted(match &session.pool {
             Pool::Sqlite(pool) => sqlite::$statement(pool, $($arg),*).await.map_err(Error::from),
-            Pool::Postgres(pool) => bounded(session.bound, &session.reach, postgres::$statement(pool, $($arg),*)).await,
+            Pool::Postgres(pool) => bounded(session.bound, &session.reach, Some(session.admitted), postgres::$statement(pool, $($arg),*)).await,
         })
     }};
 }
@@ -540,6 +557,7 @@ impl Session {
             Pool::Postgres(pool) => bounded(
                 self.bound,
                 &self.reach,
+                Some(self.admitted),
                 postgres::save_members(pool, id, now_ms, members),
             )
             .await

@@ -21,11 +21,23 @@ pub(super) struct Reach {
     down: Mutex<Option<Down>>,
 }
 
-/// An outage: what the call that found it met, and when the server was last tried.
+/// An outage: what the call that found it met, when the server was last tried, and when a
+/// call last found it unreachable.
 #[derive(Debug)]
 struct Down {
     cause: String,
     tried: Instant,
+    noted: Instant,
+}
+
+impl Down {
+    fn refusal(&self) -> Error {
+        Error::Unavailable(format!(
+            "the database server cannot be reached ({}); it is tried again every {}",
+            self.cause,
+            humantime::format_duration(PROBE_EVERY)
+        ))
+    }
 }
 
 impl Reach {
@@ -43,11 +55,20 @@ impl Reach {
                 d.tried = now;
                 Ok(())
             }
-            Some(d) => Err(Error::Unavailable(format!(
-                "the database server cannot be reached ({}); it is tried again every {}",
-                d.cause,
-                humantime::format_duration(PROBE_EVERY)
-            ))),
+            Some(d) => Err(d.refusal()),
+        }
+    }
+
+    /// Whether a call admitted at `admitted` may run its next statement: not once a call
+    /// (itself, or another) found the server unreachable since, so that one call waits out
+    /// the busy timeout once at most, not once per statement.
+    ///
+    /// # Errors
+    /// `Unavailable` naming the cause.
+    pub(super) fn proceed(&self, admitted: Instant) -> Result<()> {
+        match self.lock().as_ref() {
+            Some(d) if d.noted >= admitted => Err(d.refusal()),
+            _ => Ok(()),
         }
     }
 
@@ -66,6 +87,7 @@ impl Reach {
                 *down = Some(Down {
                     cause: e.to_string(),
                     tried: now,
+                    noted: now,
                 });
             }
             _ => {
@@ -115,6 +137,23 @@ mod tests {
         Err(Error::Database(sqlx::Error::Io(std::io::Error::from(
             std::io::ErrorKind::ConnectionRefused,
         ))))
+    }
+
+    #[test]
+    fn a_call_goes_on_until_an_outage_is_found_after_it_was_admitted() {
+        let reach = Reach::default();
+        let t0 = Instant::now();
+        assert!(reach.proceed(t0).is_ok(), "up");
+        reach.record(&refused(), t0 + Duration::from_millis(5));
+        assert!(reach.proceed(t0).is_err(), "found since it was admitted: at once");
+        // The probe, admitted after the outage was found, tries the server.
+        let probe = t0 + PROBE_EVERY + Duration::from_millis(5);
+        reach.admit(probe).unwrap();
+        assert!(reach.proceed(probe).is_ok());
+        reach.record(&refused(), probe + Duration::from_millis(10));
+        assert!(reach.proceed(probe).is_err(), "its next statement fails at once");
+        reach.record(&Ok(()), probe + Duration::from_millis(20));
+        assert!(reach.proceed(t0).is_ok(), "back up: every call");
     }
 
     #[test]

@@ -539,6 +539,41 @@ async fn a_server_that_never_answers_is_unavailable_instead_of_a_hang() {
 }
 
 #[tokio::test]
+async fn a_call_waits_for_an_unreachable_server_once_not_once_per_statement() {
+    // A call's first statement waits out the busy timeout against a server that never
+    // answers; its next ones (a conversation read, then its write) fail at once, so the
+    // call answers UNAVAILABLE within the request timeout instead of running into it.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("postgres://u@{}/db", silent.local_addr().unwrap());
+    let busy = Duration::from_millis(400);
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .acquire_timeout(busy)
+        .connect_lazy(&url)
+        .unwrap();
+    let session = Session {
+        pool: Pool::Postgres(pool),
+        bound: busy * 2,
+        reach: Arc::default(),
+        admitted: std::time::Instant::now(),
+    };
+    let started = std::time::Instant::now();
+    let first = session.load_conversation("c").await.unwrap_err();
+    assert!(started.elapsed() >= busy, "the first statement tries the server");
+    assert_eq!(tonic::Status::from(first).code(), tonic::Code::Unavailable);
+    let then = std::time::Instant::now();
+    let second = session
+        .save_members("c", 1, &[(0, member("d", true, false))])
+        .await
+        .unwrap_err();
+    assert!(
+        then.elapsed() < busy / 2,
+        "the next fails at once: {:?}",
+        then.elapsed()
+    );
+    assert!(second.to_string().contains("cannot be reached"), "{second}");
+}
+
+#[tokio::test]
 async fn a_domain_change_by_another_daemon_is_heard_and_an_own_one_is_not() {
     let Some(f) = postgres_fixture().await else {
         return;
