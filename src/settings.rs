@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 
-use crate::db::{Db, Notice, Topic, next_notices};
+use crate::db::{Db, NOTICE_RETRY, Notice, Topic, next_notices};
 use crate::error::{Error, Result};
 use crate::router::Snapshot;
 
@@ -61,6 +61,16 @@ impl SettingsCache {
     /// # Errors
     /// When the first read fails: there is no good snapshot to fall back on.
     pub async fn new(db: Db, ttl: Duration) -> Result<SettingsCache> {
+        let notices = db.notices(Topic::Settings);
+        SettingsCache::following(db, ttl, notices).await
+    }
+
+    /// As [`SettingsCache::new`], re-reading on each of `notices`.
+    async fn following(
+        db: Db,
+        ttl: Duration,
+        notices: Option<tokio::sync::mpsc::Receiver<Notice>>,
+    ) -> Result<SettingsCache> {
         let snapshot = Arc::new(Snapshot::new(db.read_settings().await?));
         warn_if_ignored(&snapshot, None);
         let current = ArcSwap::from_pointee(Cached {
@@ -69,7 +79,6 @@ impl SettingsCache {
             good_at: Instant::now(),
             failure: None,
         });
-        let notices = db.notices(Topic::Settings);
         let shared = Arc::new(Shared {
             db,
             ttl,
@@ -134,16 +143,30 @@ impl SettingsCache {
     }
 }
 
-/// Re-reads the settings on each notice, until the cache is gone or the database closed.
+/// Re-reads the settings on each notice, until the cache is gone or the database closed. A
+/// re-read that fails is tried again every [`NOTICE_RETRY`] until one succeeds (or the next
+/// notice asks anyway).
 async fn follow(cache: Weak<Shared>, mut notices: tokio::sync::mpsc::Receiver<Notice>) {
     while let Some(notice) = next_notices(&mut notices).await {
-        let Some(cache) = cache.upgrade() else { break };
         if notice == Notice::Resumed {
             tracing::debug!("listening for settings changes; re-reading the settings once");
         }
-        // A failure is logged by the re-read (once per streak) and retried each TTL.
-        if cache.refresh().await.is_ok() {
-            cache.noticed.notify_one();
+        loop {
+            let Some(shared) = cache.upgrade() else { return };
+            // A failure is logged by the re-read, once per streak.
+            if shared.refresh().await.is_ok() {
+                shared.noticed.notify_one();
+                break;
+            }
+            drop(shared);
+            tokio::select! {
+                () = tokio::time::sleep(NOTICE_RETRY) => {}
+                more = next_notices(&mut notices) => {
+                    if more.is_none() {
+                        return;
+                    }
+                }
+            }
         }
     }
 }
@@ -316,6 +339,35 @@ mod tests {
         let failures = text.matches("cannot read the settings table").count();
         assert_eq!(failures, 1, "one log line per failure streak:\n{text}");
         assert_eq!(text.matches("readable again").count(), 1, "{text}");
+    }
+
+    #[tokio::test]
+    async fn a_re_read_a_notice_asked_for_is_tried_again_until_it_succeeds() {
+        // A notice whose re-read fails (here the file is away; on PostgreSQL, a server still
+        // marked unreachable when the listener came back) is not lost to the TTL.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        let url = format!("sqlite://{}", path.display());
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        let cache = SettingsCache::following(
+            Db::connect(&url).await.unwrap(),
+            Duration::from_secs(3600),
+            Some(rx),
+        )
+        .await
+        .unwrap();
+        let ui = Db::connect(&url).await.unwrap();
+        ui.set_setting("k", "v").await.unwrap();
+        ui.close().await;
+        std::fs::rename(&path, dir.path().join("moved.db")).unwrap();
+        tx.send(Notice::Resumed).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(cache.failure().is_some(), "the re-read failed");
+        std::fs::rename(dir.path().join("moved.db"), &path).unwrap();
+        tokio::time::timeout(NOTICE_RETRY * 5, cache.reread_on_notice())
+            .await
+            .expect("re-read again without another notice");
+        assert!(cache.get().await.is_set("k"));
     }
 
     #[tokio::test]

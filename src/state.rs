@@ -462,6 +462,14 @@ async fn next_notice(notices: &mut Option<tokio::sync::mpsc::Receiver<crate::db:
     std::future::pending::<()>().await;
 }
 
+/// Resolves at the retry's time; never without one.
+async fn retry_at(retry: Option<(tokio::time::Instant, Duration)>) {
+    match retry {
+        Some((at, _)) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
 /// The most domains one `SearchTools` call loads into a conversation (SPEC §5).
 pub(crate) const MAX_SEARCH_LOADS: usize = 3;
 
@@ -546,6 +554,9 @@ pub struct Reloaded {
     pub domains: usize,
     /// Its tools.
     pub tools: usize,
+    /// Whether the run-time domains were read from the database (else the ones served so
+    /// far were kept).
+    pub runtime_read: bool,
 }
 
 impl State {
@@ -949,7 +960,9 @@ impl State {
     /// `FailedPrecondition` listing every manifest problem, or an automaton too large.
     pub async fn reload(&self) -> Result<Reloaded> {
         let mut sources = self.inner.sources.lock().await;
-        let (rows, kept) = match self.inner.db.read_domains().await {
+        let read = self.inner.db.read_domains().await;
+        let runtime_read = read.is_ok();
+        let (rows, kept) = match read {
             Ok(rows) => (Some(rows), Vec::new()),
             Err(e) => {
                 tracing::warn!(
@@ -979,6 +992,7 @@ impl State {
         *sources = Sources { manifests, runtime };
         let registry = &parts.registry;
         let reloaded = Reloaded {
+            runtime_read,
             registry_version: registry.version(),
             domains: registry.domains().len(),
             tools: registry.tool_count(),
@@ -1122,6 +1136,7 @@ impl State {
     pub(crate) async fn maintain(&self, period: Duration, shutdown: impl std::future::Future<Output = ()>) {
         tokio::pin!(shutdown);
         let mut domains = self.inner.db.notices(crate::db::Topic::Domains);
+        let mut domains_retry = None;
         let mut upkeep = tokio::time::interval(period);
         let mut settings = tokio::time::interval(self.inner.settings_ttl);
         for tick in [&mut upkeep, &mut settings] {
@@ -1150,10 +1165,35 @@ impl State {
                 // Another daemon upserted or deleted a run-time domain, or the listening
                 // connection came back (what it missed is unknown): rebuild (PostgreSQL).
                 () = next_notice(&mut domains) => {
-                    if let Err(e) = self.reload().await {
-                        tracing::warn!(error = %e, "cannot take the run-time domains another daemon changed; the registry serves on");
-                    }
+                    domains_retry = self.take_runtime_domains(None).await;
                 }
+                () = retry_at(domains_retry) => {
+                    domains_retry = self.take_runtime_domains(domains_retry).await;
+                }
+            }
+        }
+    }
+
+    /// Rebuilds the registry with the run-time domains as stored now, after a notice that
+    /// they changed; when they could not be read, when to try again (the notice's news is
+    /// still to take, and no other notice may come): [`crate::db::NOTICE_RETRY`] after the
+    /// first failure, twice the wait after each other (`retry`: the attempt this one is),
+    /// at most a minute.
+    async fn take_runtime_domains(
+        &self,
+        retry: Option<(tokio::time::Instant, Duration)>,
+    ) -> Option<(tokio::time::Instant, Duration)> {
+        match self.reload().await {
+            Ok(r) if r.runtime_read => None,
+            Ok(_) => {
+                let wait = retry.map_or(crate::db::NOTICE_RETRY, |(_, w)| {
+                    (w * 2).min(Duration::from_secs(60))
+                });
+                Some((tokio::time::Instant::now() + wait, wait))
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot take the run-time domains another daemon changed; the registry serves on");
+                None
             }
         }
     }
@@ -1164,5 +1204,30 @@ impl State {
             tracing::error!(error = %e, "conversation flush failed at shutdown");
         }
         self.inner.db.close().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn run_time_domains_that_cannot_be_read_after_a_notice_are_tried_again_later_and_later() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        let config = Config {
+            database: format!("sqlite://{}", path.display()),
+            ..Config::default()
+        };
+        let state = State::new(Registry::demo(), &config).await.unwrap();
+        assert_eq!(state.take_runtime_domains(None).await, None, "read: done");
+        std::fs::rename(&path, dir.path().join("moved.db")).unwrap();
+        let first = state.take_runtime_domains(None).await.expect("a retry");
+        assert_eq!(first.1, crate::db::NOTICE_RETRY);
+        let second = state.take_runtime_domains(Some(first)).await.expect("another");
+        assert_eq!(second.1, crate::db::NOTICE_RETRY * 2);
+        assert!(second.0 > first.0);
+        std::fs::rename(dir.path().join("moved.db"), &path).unwrap();
+        assert_eq!(state.take_runtime_domains(Some(second)).await, None);
     }
 }
