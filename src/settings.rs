@@ -229,7 +229,7 @@ fn warn_if_ignored(snapshot: &Snapshot, previous: Option<&Snapshot>) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -284,11 +284,11 @@ mod tests {
 
     /// Captures this thread's log output.
     #[derive(Clone, Default)]
-    struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
+    pub(crate) struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
 
     impl Captured {
         /// Captures this thread's log output while the guard lives.
-        fn on_this_thread() -> (Captured, tracing::subscriber::DefaultGuard) {
+        pub(crate) fn on_this_thread() -> (Captured, tracing::subscriber::DefaultGuard) {
             let logs = Captured::default();
             let writer = logs.clone();
             let subscriber = tracing_subscriber::fmt()
@@ -298,7 +298,7 @@ mod tests {
             (logs, tracing::subscriber::set_default(subscriber))
         }
 
-        fn text(&self) -> String {
+        pub(crate) fn text(&self) -> String {
             String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
         }
     }

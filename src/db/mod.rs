@@ -123,11 +123,12 @@ pub(crate) fn absolute(path: &Path) -> PathBuf {
         .unwrap_or_else(|_| path.to_path_buf())
 }
 
-/// Query parameters that carry a secret in a database URL.
-const SECRET_PARAMS: [&str; 2] = ["password", "sslpassword"];
+/// Query parameters that carry credentials in a database URL.
+const CREDENTIAL_PARAMS: [&str; 3] = ["user", "password", "sslpassword"];
 
 /// The URL without credentials, for logs, `--print-config` and `DescribeServer`: no user
-/// name or password before the host, and no `password` (or `sslpassword`) query parameter.
+/// name or password before the host, and no `user`, `password` (or `sslpassword`) query
+/// parameter.
 pub(crate) fn redact_url(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_string();
@@ -148,7 +149,7 @@ pub(crate) fn redact_url(url: &str) -> String {
             .split('&')
             .filter(|pair| {
                 let name = pair.split_once('=').map_or(*pair, |(n, _)| n);
-                !SECRET_PARAMS.iter().any(|s| s.eq_ignore_ascii_case(name))
+                !CREDENTIAL_PARAMS.iter().any(|s| s.eq_ignore_ascii_case(name))
             })
             .collect();
         if !kept.is_empty() {

@@ -26,7 +26,7 @@ use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
 use tokio::sync::mpsc;
 
 use super::{Notice, Stamp, StoredConversation, Written};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::router::Member;
 
 /// The channel settings changes are announced on (the migration's trigger names it too).
@@ -46,6 +46,54 @@ const PING_IDLE_AFTER: Duration = Duration::from_secs(1);
 const MIN_BACKOFF: Duration = Duration::from_millis(50);
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
 
+/// The connection parameters sqlx takes from a URL's query (its `PgConnectOptions` parser).
+const KNOWN_PARAMETERS: &[&str] = &[
+    "sslmode",
+    "ssl-mode",
+    "sslrootcert",
+    "ssl-root-cert",
+    "ssl-ca",
+    "sslcert",
+    "ssl-cert",
+    "sslkey",
+    "ssl-key",
+    "statement-cache-capacity",
+    "host",
+    "hostaddr",
+    "port",
+    "dbname",
+    "user",
+    "password",
+    "application_name",
+    "options",
+];
+
+/// The options a database URL gives. A query parameter sqlx does not take (libpq's
+/// `sslpassword`, say) is left out with a warning naming it but not its value: sqlx's own
+/// warning printed the value, which may be a secret (SPEC §12: credentials in the URL are
+/// never printed).
+pub(super) fn connect_options(url: &str) -> Result<PgConnectOptions> {
+    let mut parsed =
+        url::Url::parse(url).map_err(|e| Error::Config(format!("the database URL is invalid: {e}")))?;
+    type Pairs = Vec<(String, String)>;
+    let (known, unknown): (Pairs, Pairs) = parsed
+        .query_pairs()
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .partition(|(k, _)| KNOWN_PARAMETERS.contains(&k.as_str()));
+    if unknown.is_empty() {
+        return Ok(PgConnectOptions::from_str(url)?);
+    }
+    for (key, _) in &unknown {
+        tracing::warn!(%key, "ignoring a database URL parameter this daemon does not take");
+    }
+    if known.is_empty() {
+        parsed.set_query(None);
+    } else {
+        parsed.query_pairs_mut().clear().extend_pairs(known);
+    }
+    Ok(PgConnectOptions::from_str(parsed.as_str())?)
+}
+
 /// A PostgreSQL database. Cloning is shallow.
 #[derive(Debug, Clone)]
 pub(super) struct Store {
@@ -63,7 +111,7 @@ impl Store {
     pub(super) async fn connect(url: &str, busy_timeout: Duration) -> Result<Store> {
         let statement_ms = busy_timeout.as_millis().max(1).to_string();
         let origin: std::sync::Arc<str> = format!("toolrouter-{:016x}", rand_u64()).into();
-        let options = PgConnectOptions::from_str(url)?
+        let options = connect_options(url)?
             .application_name(&origin)
             // Waiting for another writer's lock is bounded like a statement.
             .options([
@@ -202,7 +250,7 @@ pub(super) async fn settings_only(
     let pool = PgPoolOptions::new()
         .max_connections(1)
         .acquire_timeout(busy_timeout)
-        .connect_with(PgConnectOptions::from_str(url)?)
+        .connect_with(connect_options(url)?)
         .await?;
     let (exists,): (bool,) = sqlx::query_as("SELECT to_regclass('settings') IS NOT NULL")
         .fetch_one(&pool)

@@ -404,6 +404,10 @@ fn credentials_are_removed_from_database_urls() {
             "postgres://db/tr?sslmode=require&application_name=x",
         ),
         ("postgres://db/tr?PASSWORD=s3cret", "postgres://db/tr"),
+        (
+            "postgres://db/tr?user=alice&sslmode=require",
+            "postgres://db/tr?sslmode=require",
+        ),
         ("postgres://u:p@w@db/tr?sslpassword=k", "postgres://db/tr"),
         ("postgres://u:s3cret@db", "postgres://db"),
         // Passwords a URL parser would refuse are still not shown.
@@ -536,6 +540,30 @@ async fn a_server_that_never_answers_is_unavailable_instead_of_a_hang() {
         .expect("an answer, not a hang")
         .unwrap_err();
     assert_eq!(tonic::Status::from(err).code(), tonic::Code::Unavailable);
+}
+
+#[test]
+fn a_url_parameter_sqlx_does_not_take_is_left_out_without_printing_its_value() {
+    let (logs, _default) = crate::settings::tests::Captured::on_this_thread();
+    let options = crate::db::postgres::connect_options(
+        "postgres://u@db.example:6000/tr?sslpassword=s3cret&sslmode=disable&application_name=x",
+    )
+    .unwrap();
+    assert_eq!(
+        (options.get_host(), options.get_port(), options.get_database()),
+        ("db.example", 6000, Some("tr"))
+    );
+    assert!(matches!(
+        options.get_ssl_mode(),
+        sqlx::postgres::PgSslMode::Disable
+    ));
+    let text = logs.text();
+    assert!(text.contains("sslpassword"), "{text}");
+    assert!(!text.contains("s3cret"), "{text}");
+    // Nothing unknown: the URL as it is, nothing logged.
+    let (logs, _default) = crate::settings::tests::Captured::on_this_thread();
+    crate::db::postgres::connect_options("postgres://u:pw@h/db?sslmode=require").unwrap();
+    assert_eq!(logs.text(), "");
 }
 
 #[tokio::test]
