@@ -459,19 +459,38 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let (drain_tx, drain_rx) = watch::channel(false);
+    use tonic::codec::CompressionEncoding;
+    // gzip and zstd both ways, on every service (a client that compresses everything checks
+    // health too): accepted on requests, used for answers in the first of them the client
+    // lists in grpc-accept-encoding.
+    macro_rules! compressed {
+        ($server:expr) => {
+            $server
+                .accept_compressed(CompressionEncoding::Gzip)
+                .accept_compressed(CompressionEncoding::Zstd)
+                .send_compressed(CompressionEncoding::Gzip)
+                .send_compressed(CompressionEncoding::Zstd)
+        };
+    }
     let reporter = tonic_health::server::HealthReporter::new();
-    let health = tonic_health::pb::health_server::HealthServer::new(DrainingHealth {
-        inner: tonic_health::server::HealthService::from_health_reporter(reporter.clone()),
-        draining: drain_rx.clone(),
-    });
-    let reflection_v1 = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(crate::proto::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .build_v1()?;
-    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(crate::proto::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .build_v1alpha()?;
+    let health = compressed!(tonic_health::pb::health_server::HealthServer::new(
+        DrainingHealth {
+            inner: tonic_health::server::HealthService::from_health_reporter(reporter.clone()),
+            draining: drain_rx.clone(),
+        }
+    ));
+    let reflection_v1 = compressed!(
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(crate::proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            .build_v1()?
+    );
+    let reflection_v1alpha = compressed!(
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(crate::proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            .build_v1alpha()?
+    );
     // A request may carry a message (or an `UpsertDomain` manifest, the larger field) of
     // exactly its limit plus the other fields; a larger one, up to the transport limit, is
     // decoded so the service can name the field limit.
@@ -482,15 +501,10 @@ pub async fn serve(
         .max_manifest_bytes()
         .saturating_add(REQUEST_OVERHEAD_BYTES)
         .max(TRANSPORT_LIMIT_BYTES);
-    use tonic::codec::CompressionEncoding;
-    let service = ToolRouterServer::new(ToolRouterService::new(state.clone(), limits))
-        .max_decoding_message_size(decode_limit)
-        // gzip and zstd both ways: accepted on requests, used for answers in the first of
-        // them the client lists in grpc-accept-encoding.
-        .accept_compressed(CompressionEncoding::Gzip)
-        .accept_compressed(CompressionEncoding::Zstd)
-        .send_compressed(CompressionEncoding::Gzip)
-        .send_compressed(CompressionEncoding::Zstd);
+    let service = compressed!(
+        ToolRouterServer::new(ToolRouterService::new(state.clone(), limits))
+            .max_decoding_message_size(decode_limit)
+    );
     let mut builder = Server::builder()
         .http2_keepalive_interval(Some(HTTP2_KEEPALIVE.0))
         .http2_keepalive_timeout(Some(HTTP2_KEEPALIVE.1));

@@ -71,6 +71,42 @@ async fn gzip_requests_and_answers_work_and_oversized_messages_get_the_documente
 }
 
 #[tokio::test]
+async fn health_and_reflection_take_compressed_requests_too() {
+    use tonic::codec::CompressionEncoding::{Gzip, Zstd};
+    use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
+    use tonic_reflection::pb::v1::{
+        ServerReflectionRequest, server_reflection_client::ServerReflectionClient,
+        server_reflection_request::MessageRequest,
+    };
+    let app = spawn_app().await;
+    for encoding in [Gzip, Zstd] {
+        let r = HealthClient::new(app.channel().await)
+            .send_compressed(encoding)
+            .accept_compressed(encoding)
+            .check(HealthCheckRequest {
+                service: String::new(),
+            })
+            .await
+            .unwrap_or_else(|e| panic!("{encoding:?}: {e:?}"));
+        assert!(r.metadata().get("grpc-encoding").is_some(), "{encoding:?}");
+        assert_eq!(r.into_inner().status, ServingStatus::Serving as i32);
+        let request = ServerReflectionRequest {
+            host: String::new(),
+            message_request: Some(MessageRequest::ListServices(String::new())),
+        };
+        let mut stream = ServerReflectionClient::new(app.channel().await)
+            .send_compressed(encoding)
+            .accept_compressed(encoding)
+            .server_reflection_info(tokio_stream::once(request))
+            .await
+            .unwrap_or_else(|e| panic!("{encoding:?}: {e:?}"))
+            .into_inner();
+        assert!(stream.message().await.unwrap().is_some(), "{encoding:?}");
+    }
+    app.stop().await;
+}
+
+#[tokio::test]
 async fn zstd_and_gzip_compress_requests_and_answers_each_way() {
     use tonic::codec::CompressionEncoding::{Gzip, Zstd};
     let app = spawn_app().await;
