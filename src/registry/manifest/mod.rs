@@ -161,9 +161,9 @@ pub fn parse_native(
 const NATIVE_JSON_ONLY: &str = " (a domain registered at run time is one native manifest: a JSON object with `name`; group arrays and TOML are manifest-file formats)";
 
 /// The manifest's text as a JSON value (TOML converted), or its syntax error at line:column.
-/// Duplicate object keys do not stop the checks: each is returned beside the value (read
-/// with the last of the duplicates, as JSON parsers do), so the rest of the file is checked
-/// too.
+/// Duplicate object keys and TOML values JSON has no form for do not stop the checks: each
+/// is returned beside the value (read with the last of the duplicates, as JSON parsers do;
+/// without the TOML value), so the rest of the file is checked too.
 fn read(path: &str, text: &str, format: Format) -> Result<(Value, Vec<ManifestError>), Vec<ManifestError>> {
     // Editors on some systems write a byte-order mark; it is not part of the document.
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
@@ -202,24 +202,23 @@ fn read(path: &str, text: &str, format: Format) -> Result<(Value, Vec<ManifestEr
                 let pos = e.span().map(|s| line_col(text, s.start));
                 vec![err_at(path, pos, format!("malformed TOML: {}", e.message()))]
             })?;
+            // A value JSON has no form for does not stop the checks either: it is reported,
+            // and the rest of the file (and its names, for the checks across files) checked.
             let mut unjson = Vec::new();
             let value = toml_to_json(toml::Value::Table(table), &mut String::new(), &mut unjson);
-            if unjson.is_empty() {
-                Ok((value, Vec::new()))
-            } else {
-                Err(unjson
-                    .into_iter()
-                    .map(|(at, what)| {
-                        err(
-                            path,
-                            format!(
-                                "`{}` is a TOML {what}, which JSON has not: write it as a string",
-                                echo(&at)
-                            ),
-                        )
-                    })
-                    .collect())
-            }
+            let found = unjson
+                .into_iter()
+                .map(|(at, what)| {
+                    err(
+                        path,
+                        format!(
+                            "`{}` is a TOML {what}, which JSON has not: write it as a string",
+                            echo(&at)
+                        ),
+                    )
+                })
+                .collect();
+            Ok((value, found))
         }
     }
 }

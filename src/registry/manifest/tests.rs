@@ -332,7 +332,33 @@ fn toml_values_json_has_no_form_for_are_rejected_naming_where() {
              [tools.input_schema.properties.n]\ntype = \"number\"\nmaximum = inf\n",
             &["`tools.0.input_schema.properties.n.maximum` is a TOML non-finite number"],
         ),
+        // It does not hide the file's other problems.
+        (
+            "and_more.toml",
+            "name = \"x\"\ncore = \"yes\"\n[[tools]]\nname = \"t\"\ndescription = \"d\"\n\
+             [tools.input_schema.properties.since]\ntype = \"string\"\ndefault = 1979-05-27\n",
+            &["is a TOML date or time", "`core`"],
+        ),
     ]);
+    // Nor the problems across files.
+    assert_load_rejected(
+        &[
+            (
+                "a.toml",
+                "name = \"dup\"\n[[tools]]\nname = \"x\"\ndescription = \"d\"\n\
+                 [tools.input_schema.properties.when]\ntype = \"string\"\ndefault = 1979-05-27\n",
+            ),
+            (
+                "b.json",
+                r#"{"name": "dup", "tools": [{"name": "x", "description": "d"}]}"#,
+            ),
+        ],
+        &[
+            "is a TOML date or time",
+            "domain `dup` is defined twice",
+            "tool `x` is defined in two domains",
+        ],
+    );
 }
 
 // ---- tools ------------------------------------------------------------------------------
