@@ -26,7 +26,12 @@ fn tool_fields(registry: &Registry, d: DomainId, t: usize) -> [String; 4] {
     if let Ok(v) = serde_json::from_str::<Value>(&tool.input_schema_json) {
         walk_schema(&v, &mut schema);
     }
-    let mut domain_text = format!("{} {}", domain.display_name, domain.description);
+    let mut domain_text = domain.display_name.clone();
+    // The default description says only "tools" and "group", which no request is about.
+    if domain.description != crate::registry::manifest::default_description(&domain.name) {
+        domain_text.push(' ');
+        domain_text.push_str(&domain.description);
+    }
     for k in &domain.keywords {
         domain_text.push(' ');
         domain_text.push_str(k);

@@ -5,7 +5,7 @@
 //! Each tool is a document with five fields: the words of its name (split at `_`, `-`, case
 //! changes and digits), its description, a walk of its input schema (property names and
 //! descriptions, enum values, nested objects and items), its domain's display name,
-//! description and keywords, and the pairs of informative words that follow each other in
+//! description (unless the default, which says nothing) and keywords, and the pairs of informative words that follow each other in
 //! those four ("weather forecast", "rental car"), so that a message saying two words together
 //! ranks the tool that says them together above tools with one of them each. Words are
 //! analysed by [`analysis`] (UAX #29 words, lowercase, stop words, Snowball English stems).

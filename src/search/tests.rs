@@ -377,6 +377,42 @@ fn text_written_without_spaces_is_found_by_its_characters() {
 }
 
 #[test]
+fn a_default_description_is_not_searched_nor_suggested() {
+    // Group arrays without `_meta` get "Tools from <name> group": a message asking what
+    // tools there are is about none of them.
+    let registry = Registry::from_sources([
+        (
+            "email.json",
+            r#"[{"name":"send_message","description":"Send an email message"}]"#,
+        ),
+        (
+            "spotify.json",
+            r#"[{"name":"start_playback","description":"Start playback of a song"}]"#,
+        ),
+        (
+            "notes.json",
+            r#"{"name":"notes","description":"Notes and lists","tools":[{"name":"write_note","description":"Write a note"}]}"#,
+        ),
+    ])
+    .unwrap();
+    let index = SearchIndex::new(&registry);
+    for query in ["what tools do you have?", "which group", "tools from email group"] {
+        let hits = index.domain_hits(query, &SearchOptions::default(), None, |_| true);
+        let named: Vec<&str> = hits
+            .iter()
+            .map(|h| registry.domain(h.domain).name.as_str())
+            .collect();
+        let expected: &[&str] = if query.contains("email") { &["email"] } else { &[] };
+        assert_eq!(named, expected, "{query}");
+    }
+    for suggested in index.suggest_keywords(&registry, 10) {
+        for (word, _) in suggested {
+            assert!(!["tools", "group"].contains(&word.as_str()), "{word}");
+        }
+    }
+}
+
+#[test]
 fn keyword_suggestions_are_words_a_user_would_say() {
     let registry = Registry::from_sources([
         (

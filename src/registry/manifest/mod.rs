@@ -319,6 +319,11 @@ pub fn valid_tool_name(name: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-')
 }
 
+/// `description` default (SPEC §2), which says nothing of what the tools do.
+pub fn default_description(name: &str) -> String {
+    format!("Tools from {name} group")
+}
+
 /// `display_name` default: `_`/`-` become spaces and each word is capitalised.
 fn default_display_name(name: &str) -> String {
     name.split(['_', '-'])
@@ -437,9 +442,7 @@ impl Validator<'_> {
     fn domain(&self, name: String, meta: Meta, tools: Vec<Tool>) -> Domain {
         Domain {
             display_name: meta.display_name.unwrap_or_else(|| default_display_name(&name)),
-            description: meta
-                .description
-                .unwrap_or_else(|| format!("Tools from {name} group")),
+            description: meta.description.unwrap_or_else(|| default_description(&name)),
             name,
             settings_keys: meta.settings_keys,
             keywords: meta.keywords,
