@@ -473,19 +473,35 @@ impl SearchIndex {
     /// that stand for it, appended to `out` (distinct among those appended, not from what
     /// `out` held): the word terms, then the pairs of word terms that follow each other
     /// (stop words skipped, as in the index; a word the index does not have breaks a pair).
-    /// Also whether the words are small talk: a word of courtesy (thanks, a greeting, a
-    /// farewell) and at most one word that is not a stop word ("many thanks", "thanks for your
-    /// time", "good night").
+    /// With the `message` the spans are in, small talk is left out: a clause made of a word
+    /// of courtesy (thanks, a greeting, a farewell) and at most one word that is not a stop
+    /// word ("many thanks", "thanks for your time", "good night"). A word of courtesy
+    /// followed by a comma ends a clause, so the request after it is judged on its own
+    /// ("thanks, pause the film", "hi, what is playing?").
     fn segment_terms<'w>(
         &self,
         words: impl IntoIterator<Item = (Range<usize>, &'w str)>,
+        message: Option<&str>,
         out: &mut Vec<(TermId, Range<usize>)>,
         pairs: &mut Vec<(TermId, Range<usize>)>,
-    ) -> bool {
+    ) {
         let from = out.len();
         pairs.clear();
         let mut previous: Option<(TermId, usize)> = None;
+        // The clause being read: where its terms and pairs start, whether it has a word of
+        // courtesy, and how many other words it says.
+        let (mut clause_terms, mut clause_pairs) = (from, 0);
         let (mut courtesy, mut said) = (false, 0usize);
+        let mut end_clause = |out: &mut Vec<(TermId, Range<usize>)>,
+                              pairs: &mut Vec<(TermId, Range<usize>)>,
+                              courtesy: bool,
+                              said: usize| {
+            if message.is_some() && courtesy && said <= 1 {
+                out.truncate(clause_terms);
+                pairs.truncate(clause_pairs);
+            }
+            (clause_terms, clause_pairs) = (out.len(), pairs.len());
+        };
         for (span, word) in words {
             match self.term(word) {
                 Ok(term) => {
@@ -501,15 +517,22 @@ impl SearchIndex {
                         out.push((term, span));
                     }
                 }
-                Err(true) => courtesy = courtesy || analysis::is_courtesy(word),
+                Err(true) if analysis::is_courtesy(word) => {
+                    courtesy = true;
+                    if message.is_some_and(|m| m[span.end..].trim_start().starts_with(',')) {
+                        end_clause(out, pairs, courtesy, said);
+                        (courtesy, said, previous) = (false, 0, None);
+                    }
+                }
+                Err(true) => {}
                 Err(false) => {
                     said += 1;
                     previous = None;
                 }
             }
         }
+        end_clause(out, pairs, courtesy, said);
         out.append(pairs);
-        courtesy && said <= 1
     }
 
     /// The distinct terms of a piece of text, each with the first words that stand for it.
@@ -536,8 +559,10 @@ impl SearchIndex {
             }
         });
         let mut out = Vec::new();
+        // A query is what the model searches for: all of it, courtesy or not.
         self.segment_terms(
             words.iter().map(|(span, w)| (span.clone(), w.as_str())),
+            None,
             &mut out,
             &mut Vec::new(),
         );
@@ -724,10 +749,7 @@ impl SearchIndex {
 
         for segment in 0..text.segment_count() {
             let terms_from = terms.len();
-            let small_talk = self.segment_terms(text.segment_words(segment), terms, pairs);
-            if small_talk {
-                terms.truncate(terms_from);
-            }
+            self.segment_terms(text.segment_words(segment), Some(message), terms, pairs);
             if terms.len() == terms_from {
                 continue;
             }

@@ -139,6 +139,8 @@ async fn small_talk_has_no_search_hit_and_leaves_nothing_sticky() {
         "good night",
         "good night and thanks",
         "cheers mate",
+        "many thanks, good night",
+        "hi, thanks",
     ] {
         let r = app.route(message, "small-talk").await;
         assert!(
@@ -147,13 +149,21 @@ async fn small_talk_has_no_search_hit_and_leaves_nothing_sticky() {
             decisions(&r)
         );
     }
-    // Courtesy beside a request is no small talk: the request is searched.
-    let r = app.route("thanks, download the newest mistral model", "").await;
-    assert!(
-        !r.fallback && decisions(&r).iter().any(|(_, why, _)| *why == "REASON_SEARCH"),
-        "{:?}",
-        decisions(&r)
-    );
+    // Courtesy beside a request is no small talk: the request is searched, also when it is
+    // one word, after a comma.
+    for message in [
+        "thanks, download the newest mistral model",
+        "thanks, what is playing?",
+        "hi, what is playing",
+        "thanks, pause",
+    ] {
+        let r = app.route(message, "").await;
+        assert!(
+            !r.fallback && decisions(&r).iter().any(|(_, why, _)| *why == "REASON_SEARCH"),
+            "{message:?}: {:?}",
+            decisions(&r)
+        );
+    }
     app.stop().await;
 }
 
