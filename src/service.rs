@@ -85,7 +85,9 @@ impl<'a> ConversationId<'a> {
         if raw.trim().is_empty() {
             return Ok(None);
         }
-        bounded(raw, Self::FIELD).map(|id| Some(ConversationId(id)))
+        let id = bounded(raw, Self::FIELD)?;
+        crate::telemetry::note_conversation(id);
+        Ok(Some(ConversationId(id)))
     }
 
     /// For requests that need one: empty or whitespace-only is a missing parameter.

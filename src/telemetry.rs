@@ -117,6 +117,18 @@ struct RouteCounters {
 const REASONS: usize = 6;
 const _: () = assert!(Reason::Fallback as usize == REASONS - 1);
 
+tokio::task_local! {
+    /// The hash of the conversation the call being served names, once its request named a
+    /// valid one: for the call log's line of a call that failed after that.
+    static CALL_CONVERSATION: std::cell::RefCell<Option<String>>;
+}
+
+/// Notes the conversation the call being served names, for its log line (nothing outside a
+/// call the call log serves).
+pub(crate) fn note_conversation(id: &str) {
+    let _ = CALL_CONVERSATION.try_with(|c| *c.borrow_mut() = Some(conversation_hash(id)));
+}
+
 /// A short, stable hash of a conversation id (FNV-1a, 8 hex digits): enough to follow one
 /// conversation through the log without writing the id (which may be a user id) itself.
 pub fn conversation_hash(id: &str) -> String {
@@ -455,7 +467,12 @@ where
                 path: Some(path),
                 started,
             };
-            let mut result = inner.call(request).await;
+            let (mut result, conversation) = CALL_CONVERSATION
+                .scope(std::cell::RefCell::new(None), async move {
+                    let result = inner.call(request).await;
+                    (result, CALL_CONVERSATION.with(|c| c.take()))
+                })
+                .await;
             let path = unanswered.answered();
             if let Ok(response) = &mut result {
                 over_transport_limit_is_resource_exhausted(response);
@@ -479,6 +496,7 @@ where
                             method = %method,
                             code = code_name,
                             latency_ms,
+                            conversation = conversation.as_deref().unwrap_or(""),
                             cause = %status.message(),
                             "call failed"
                         );

@@ -540,6 +540,37 @@ async fn a_refused_call_is_logged_once() {
 }
 
 #[tokio::test]
+async fn a_failed_call_is_logged_with_its_conversations_hash() {
+    let dir = temp_dir();
+    let daemon = Daemon::start(dir.path(), &[]);
+    let mut c = daemon.client().await;
+    let err = c
+        .load_tool_group(toolrouter::proto::LoadToolGroupRequest {
+            conversation_id: "user-9-private".into(),
+            group_name: "no-such-group".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::NotFound);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let log = daemon.log();
+    let lines = json_lines(&log);
+    let failed: Vec<&serde_json::Value> = lines
+        .iter()
+        .filter(|v| v["fields"]["message"] == "call failed")
+        .collect();
+    assert_eq!(failed.len(), 1, "{log}");
+    assert_eq!(failed[0]["fields"]["code"], "NOT_FOUND", "{log}");
+    assert_eq!(
+        failed[0]["fields"]["conversation"],
+        conversation_hash("user-9-private"),
+        "{log}"
+    );
+    assert!(!log.contains("user-9-private"), "{log}");
+}
+
+#[tokio::test]
 async fn a_search_hit_is_counted_per_domain_and_logged_in_a_json_array() {
     let dir = temp_dir();
     set_settings(dir.path(), &[("qbittorrent_url", "http://nas:8080")]).await;
