@@ -132,7 +132,40 @@ impl Store {
                 })
             })
             .connect_with(options.clone())
-            .await?;
+            .await
+            .map_err(|e| match e {
+                sqlx::Error::PoolTimedOut => None,
+                e => Some(Error::from(e)),
+            });
+        let pool = match pool {
+            Ok(pool) => pool,
+            Err(Some(e)) => return Err(e),
+            // The pool says only that no connection came in time; one more attempt says why
+            // (refused, no such host, authentication...).
+            Err(None) => {
+                use sqlx::Connection as _;
+                let why = match tokio::time::timeout(busy_timeout, sqlx::PgConnection::connect_with(&options))
+                    .await
+                {
+                    Ok(Err(e)) => e.to_string(),
+                    Ok(Ok(c)) => {
+                        let _ = c.close().await;
+                        format!(
+                            "no connection within the busy timeout ({})",
+                            humantime::format_duration(busy_timeout)
+                        )
+                    }
+                    Err(_) => format!(
+                        "no answer within the busy timeout ({})",
+                        humantime::format_duration(busy_timeout)
+                    ),
+                };
+                return Err(Error::Unavailable(format!(
+                    "cannot connect to the database server at {}: {why}",
+                    super::redact_url(url)
+                )));
+            }
+        };
         sqlx::migrate!("migrations/postgres").run(&pool).await?;
         let listen_pool = PgPoolOptions::new()
             .max_connections(2)

@@ -602,6 +602,22 @@ async fn a_call_waits_for_an_unreachable_server_once_not_once_per_statement() {
 }
 
 #[tokio::test]
+async fn a_server_that_refuses_connections_is_named_with_why() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = closed.local_addr().unwrap();
+    drop(closed);
+    let url = format!("postgres://u:s3cret@{addr}/db");
+    let err = Db::connect_with(&url, Duration::from_millis(300))
+        .await
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains(&format!("postgres://{addr}/db")), "{text}");
+    assert!(text.to_lowercase().contains("refused"), "{text}");
+    assert!(!text.contains("s3cret"), "{text}");
+    assert_eq!(tonic::Status::from(err).code(), tonic::Code::Unavailable);
+}
+
+#[tokio::test]
 async fn a_domain_change_by_another_daemon_is_heard_and_an_own_one_is_not() {
     let Some(f) = postgres_fixture().await else {
         return;
