@@ -431,6 +431,26 @@ impl Config {
         Ok(())
     }
 
+    /// Whether the config file at `path` sets `key` (at its top level).
+    ///
+    /// # Errors
+    /// As [`Config::load`]: a file that cannot be read or is not TOML.
+    pub fn file_sets(path: Option<&Path>, key: &str) -> Result<bool> {
+        let Some(path) = path else {
+            return Ok(false);
+        };
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| Error::Config(format!("cannot read config file {}: {e}", path.display())))?;
+        let table: toml::Table = toml::from_str(&text).map_err(|e| {
+            Error::Config(format!(
+                "config file {}: {}",
+                path.display(),
+                e.message().trim_end()
+            ))
+        })?;
+        Ok(table.contains_key(key))
+    }
+
     /// Defaults, overlaid with the TOML file when one is given.
     ///
     /// # Errors

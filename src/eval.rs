@@ -183,11 +183,10 @@ pub fn evaluate(
     let registry = inputs.registry;
     let mut unknown: Vec<String> = Vec::new();
     let mut outcomes: Vec<(&str, Outcome)> = Vec::with_capacity(labelled.len());
-    let core_tools: usize = activation
-        .active()
-        .filter(|&d| registry.domain(d).core)
-        .map(|d| registry.domain(d).tools.len())
-        .sum();
+    // Tools as the daemon sends them: disabled ones are not.
+    let tools = |d: DomainId| activation.visible_count(registry, d);
+    let core: Vec<DomainId> = activation.active().filter(|&d| registry.domain(d).core).collect();
+    let core_tools: usize = core.iter().map(|&d| tools(d)).sum();
     for l in labelled {
         let started = Instant::now();
         let decision = router::route(inputs, activation, None, &l.query, options);
@@ -206,8 +205,10 @@ pub fn evaluate(
                     }
                     wanted.push(d);
                     found += usize::from(included.contains(&d));
-                    if !registry.domain(d).core {
-                        oracle += registry.domain(d).tools.len();
+                    // Exactly the labelled domains and the core ones: an active core one
+                    // is counted already.
+                    if !core.contains(&d) {
+                        oracle += tools(d);
                     }
                 }
                 None => {
@@ -231,11 +232,7 @@ pub fn evaluate(
                 } else {
                     found as f64 / labels as f64
                 },
-                sent: decision
-                    .domains
-                    .iter()
-                    .map(|i| registry.domain(i.domain).tools.len())
-                    .sum(),
+                sent: decision.domains.iter().map(|i| tools(i.domain)).sum(),
                 oracle,
                 fallback: decision.fallback,
                 reasons: decision.domains.iter().map(|i| i.reason).collect(),

@@ -428,6 +428,12 @@ fn parse_stored(rows: Vec<(String, String)>) -> Vec<Domain> {
         .collect()
 }
 
+/// The registry a daemon on a database holding these run-time domains (name, manifest)
+/// serves over `manifests` (as [`State::new`] composes it; `eval` measures it).
+pub fn with_stored_domains(manifests: Registry, rows: Vec<(String, String)>) -> Registry {
+    compose(&manifests.into_domains(), parse_stored(rows)).0
+}
+
 /// The registry of the manifests' domains and of each run-time domain that fits beside them.
 /// One that does not (a manifest now defines its name, or one of its tool names) is logged
 /// with why and left out; it stays stored, and comes back once it fits again.

@@ -29,16 +29,16 @@ pub(super) fn eval(args: &EvalArgs) -> Result<(), Failure> {
     use crate::eval::Figures;
     let config = args.serve.config()?;
     let labelled = crate::eval::read_labelled(&args.queries)?;
-    let registry = Registry::load(&config.manifests)?;
-    let matcher = crate::matcher::Matcher::new(registry.keywords(), config.keyword_match)?;
-    let started = std::time::Instant::now();
-    let index = crate::search::SearchIndex::new(&registry);
-    let index_ms = started.elapsed().as_secs_f64() * 1e3;
-    // Every domain active, unless a settings table is named (by flag, environment or config
-    // file); a named database must exist, not be created empty.
-    let named = args.serve.database.is_some() || config.database != Config::default().database;
-    let snapshot = match named.then_some(&config.database) {
-        None => crate::router::Snapshot::every_key_set(&registry),
+    let manifests = Registry::load(&config.manifests)?;
+    // Every domain active, unless a database is named (by flag, environment or config file):
+    // then its settings table, and the registry it serves (the manifests' domains and the
+    // ones registered at run time in it). A named database must exist, not be created empty.
+    let named = args.serve.database.is_some() || Config::file_sets(args.serve.config.as_deref(), "database")?;
+    let (registry, snapshot) = match named.then_some(&config.database) {
+        None => {
+            let snapshot = crate::router::Snapshot::every_key_set(&manifests);
+            (manifests, snapshot)
+        }
         Some(url) => {
             if let Some(file) = crate::db::database_file(url)?
                 && !file.exists()
@@ -49,10 +49,17 @@ pub(super) fn eval(args: &EvalArgs) -> Result<(), Failure> {
                 )));
             }
             let runtime = tokio::runtime::Handle::current();
-            let rows = tokio::task::block_in_place(|| runtime.block_on(crate::db::read_settings_only(url)))?;
-            crate::router::Snapshot::new(rows)
+            let stored = tokio::task::block_in_place(|| runtime.block_on(crate::db::read_stored_only(url)))?;
+            (
+                crate::state::with_stored_domains(manifests, stored.domains),
+                crate::router::Snapshot::new(stored.settings),
+            )
         }
     };
+    let matcher = crate::matcher::Matcher::new(registry.keywords(), config.keyword_match)?;
+    let started = std::time::Instant::now();
+    let index = crate::search::SearchIndex::new(&registry);
+    let index_ms = started.elapsed().as_secs_f64() * 1e3;
     let activation = crate::router::Activation::new(&registry, &snapshot);
     let inputs = crate::router::Inputs {
         registry: &registry,
@@ -82,7 +89,11 @@ pub(super) fn eval(args: &EvalArgs) -> Result<(), Failure> {
                 format!("{:.1}", f.us_median),
             ]
         };
-        let mut rows: Vec<Vec<String>> = report.splits.iter().map(|(n, f)| row(n, f)).collect();
+        let mut rows: Vec<Vec<String>> = report
+            .splits
+            .iter()
+            .map(|(n, f)| row(if n.is_empty() { "(no split)" } else { n }, f))
+            .collect();
         rows.push(row("overall", &report.overall));
         print_table(
             &[

@@ -85,22 +85,41 @@ pub fn check_url(url: &str) -> Result<()> {
     Ok(())
 }
 
-/// The settings of the database at `url`, read without changing it (no file created, no
-/// migration run): for measuring routing against a settings table (`eval`).
+/// What a database holds for a daemon: its settings, and the domains registered at run time
+/// (name, manifest).
+#[derive(Debug, Clone, Default)]
+pub struct Stored {
+    /// The settings table's rows.
+    pub settings: Vec<(String, String)>,
+    /// The run-time domains' rows, by name (none when the table is not there).
+    pub domains: Vec<(String, String)>,
+}
+
+/// The settings and run-time domains of the database at `url`, read without changing it (no
+/// file created, no migration run): for measuring routing against a deployment (`eval`).
 ///
 /// # Errors
 /// `Config` when the database has no settings table; an unopenable file, an unreachable
 /// server, or a database fault.
-pub async fn read_settings_only(url: &str) -> Result<Vec<(String, String)>> {
-    let rows = counted(if is_postgres(url) {
-        postgres::settings_only(url, BUSY_TIMEOUT).await
+pub async fn read_stored_only(url: &str) -> Result<Stored> {
+    let stored = counted(if is_postgres(url) {
+        postgres::stored_only(url, BUSY_TIMEOUT).await
     } else {
-        sqlite::settings_only(url).await
+        sqlite::stored_only(url).await
     })
     // Named, since the driver's words ("pool timed out", "unable to open database file") do
     // not say which database.
     .map_err(|e| Error::Unavailable(format!("cannot read the settings of {}: {e}", redact_url(url))))?;
-    rows.ok_or_else(|| Error::Config(format!("the database {} has no settings table", redact_url(url))))
+    stored.ok_or_else(|| Error::Config(format!("the database {} has no settings table", redact_url(url))))
+}
+
+/// The settings of the database at `url`, read without changing it (see
+/// [`read_stored_only`]).
+///
+/// # Errors
+/// As [`read_stored_only`].
+pub async fn read_settings_only(url: &str) -> Result<Vec<(String, String)>> {
+    read_stored_only(url).await.map(|s| s.settings)
 }
 
 /// The file a SQLite URL names, made absolute against the working directory (and with links

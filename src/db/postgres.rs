@@ -276,25 +276,30 @@ async fn subscribe(pool: &PgPool, channel: &str) -> sqlx::Result<PgListener> {
 
 /// The settings of the database at `url`, read without changing it: no migration; `None`
 /// when it has no settings table.
-pub(super) async fn settings_only(
-    url: &str,
-    busy_timeout: Duration,
-) -> Result<Option<Vec<(String, String)>>> {
+pub(super) async fn stored_only(url: &str, busy_timeout: Duration) -> Result<Option<super::Stored>> {
     let pool = PgPoolOptions::new()
         .max_connections(1)
         .acquire_timeout(busy_timeout)
         .connect_with(connect_options(url)?)
         .await?;
-    let (exists,): (bool,) = sqlx::query_as("SELECT to_regclass('settings') IS NOT NULL")
-        .fetch_one(&pool)
-        .await?;
-    let rows = if exists {
-        Some(read_settings(&pool).await?)
+    let (settings, domains): (bool, bool) =
+        sqlx::query_as("SELECT to_regclass('settings') IS NOT NULL, to_regclass('domains') IS NOT NULL")
+            .fetch_one(&pool)
+            .await?;
+    let stored = if settings {
+        Some(super::Stored {
+            settings: read_settings(&pool).await?,
+            domains: if domains {
+                read_domains(&pool).await?
+            } else {
+                Vec::new()
+            },
+        })
     } else {
         None
     };
     pool.close().await;
-    Ok(rows)
+    Ok(stored)
 }
 
 /// Every row, each value as text whatever the column's type (a table a settings UI created

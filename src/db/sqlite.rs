@@ -223,22 +223,34 @@ pub(super) async fn in_transaction<T>(
 
 /// The settings of the database at `url`, read without changing it: opened read-only, no
 /// migration; `None` when it has no settings table.
-pub(super) async fn settings_only(url: &str) -> Result<Option<Vec<(String, String)>>> {
+pub(super) async fn stored_only(url: &str) -> Result<Option<super::Stored>> {
     let options = SqliteConnectOptions::from_str(url)?.read_only(true);
     let pool = SqlitePoolOptions::new()
         .max_connections(1)
         .connect_with(options)
         .await?;
-    let exists: Option<(i64,)> =
-        sqlx::query_as("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'settings'")
-            .fetch_optional(&pool)
-            .await?;
-    let rows = match exists {
-        Some(_) => Some(read_settings(&pool).await?),
-        None => None,
+    let has = async |table: &str| -> sqlx::Result<bool> {
+        let found: Option<(i64,)> =
+            sqlx::query_as("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1")
+                .bind(table)
+                .fetch_optional(&pool)
+                .await?;
+        Ok(found.is_some())
+    };
+    let stored = if has("settings").await? {
+        Some(super::Stored {
+            settings: read_settings(&pool).await?,
+            domains: if has("domains").await? {
+                read_domains(&pool).await?
+            } else {
+                Vec::new()
+            },
+        })
+    } else {
+        None
     };
     pool.close().await;
-    Ok(rows)
+    Ok(stored)
 }
 
 /// Every row, each value as text whatever a settings UI stored (SQLite keeps what it is

@@ -282,6 +282,81 @@ async fn eval_reads_the_settings_database_a_config_file_names_and_never_creates_
     assert_eq!(json_of(&out)["overall"]["strict_recall"], 1.0, "{}", shown(&out));
 }
 
+/// `eval` on a deployment's database measures what that daemon serves: its disabled tools
+/// are not sent, its run-time domains are in the registry, and a labelled core domain that
+/// is not active counts in the oracle like any labelled domain.
+#[tokio::test]
+async fn eval_on_a_database_measures_the_registry_and_tools_its_daemon_serves() {
+    let dir = temp_dir();
+    let (folder, _) = eval_fixture(dir.path());
+    std::fs::write(
+        folder.join("base.json"),
+        r#"{"name":"base","core":true,"settings_keys":["base_url"],"tools":[
+            {"name":"base_info","description":"Facts about the house","tier":"read"}]}"#,
+    )
+    .unwrap();
+    set_settings(
+        dir.path(),
+        &[("toolrouter.disabled_tools", r#"["read_temperature"]"#)],
+    )
+    .await;
+    let db = toolrouter::db::Db::connect(&format!(
+        "sqlite://{}",
+        dir.path().join("toolrouter.db").display()
+    ))
+    .await
+    .unwrap();
+    db.upsert_domain(
+        "lab",
+        r#"{"name":"lab","keywords":["oscilloscope"],"tools":[{"name":"capture","description":"Capture a trace"}]}"#,
+        1,
+    )
+    .await
+    .unwrap();
+    db.close().await;
+    let queries = dir.path().join("deployed.jsonl");
+    std::fs::write(
+        &queries,
+        concat!(
+            r#"{"query":"grab a capture from the oscilloscope","domains":["lab"],"split":"lab"}"#,
+            "\n",
+            r#"{"query":"set the thermostat to 20","domains":["climate"],"split":"climate"}"#,
+            "\n",
+            r#"{"query":"what do you know about the house","domains":["base"],"split":"core"}"#,
+            "\n",
+        ),
+    )
+    .unwrap();
+    // Named by a config file, as the default database is named: relative to where it runs.
+    let config = dir.path().join("deployed.toml");
+    std::fs::write(&config, "database = \"sqlite://toolrouter.db\"\n").unwrap();
+    let out = run(
+        dir.path(),
+        &[
+            "eval",
+            "--manifests",
+            folder.to_str().unwrap(),
+            "--queries",
+            queries.to_str().unwrap(),
+            "--config",
+            config.to_str().unwrap(),
+            "--json",
+        ],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", shown(&out));
+    let report = json_of(&out);
+    assert_eq!(report["unknown_domains"], serde_json::json!([]), "{report}");
+    assert_eq!(report["registry_tools"], 5, "{report}");
+    assert_eq!(report["splits"]["lab"]["strict_recall"], 1.0, "{report}");
+    // climate sends one tool: read_temperature is disabled.
+    assert_eq!(report["splits"]["climate"]["tools_sent"], 1.0, "{report}");
+    assert_eq!(report["splits"]["climate"]["oracle_tools"], 1.0, "{report}");
+    // base is inactive (no base_url): not sent, but its tool is in the oracle.
+    assert_eq!(report["splits"]["core"]["strict_recall"], 0.0, "{report}");
+    assert_eq!(report["splits"]["core"]["oracle_tools"], 1.0, "{report}");
+}
+
 #[tokio::test]
 async fn eval_names_a_bad_labelled_line() {
     let dir = temp_dir();
