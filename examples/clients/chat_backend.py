@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A chat backend's turn with OpenAI-style and Anthropic-style tool lists: one Route call
 with a `format`, `tools_json` put into the provider request as it is, and a
-`load_tool_group` call whose tools are added without duplicates. It builds the request
+`load_tool_group` calls whose tools are added without duplicates. It builds the request
 bodies (no provider account needed) and checks them against the providers' documented
 tool shapes.
 
@@ -60,16 +60,28 @@ def main():
         (pb.FORMAT_OPENAI_CHAT, lambda t: t["function"]["name"], openai_body, check_openai),
         (pb.FORMAT_ANTHROPIC, lambda t: t["name"], anthropic_body, check_anthropic),
     ]:
-        r = stub.Route(pb.RouteRequest(message=message, conversation_id="example-1", format=fmt,
+        chat = f"example-{fmt}"
+        r = stub.Route(pb.RouteRequest(message=message, conversation_id=chat, format=fmt,
                                        include_prompt_section=True))
         tools = json.loads(r.tools_json)
         check(r.tokens > 0 and len(tools) > 0, "an answer with tools and their tokens")
-        # The model calls load_tool_group: add the group's tools that are not sent already.
         sent = {name_of(t) for t in tools}
-        group = r.domains[-1].domain
-        loaded = stub.LoadToolGroup(pb.LoadToolGroupRequest(
-            conversation_id="example-1", group_name=group, format=fmt))
-        tools += [t for t in json.loads(loaded.tools_json) if name_of(t) not in sent]
+        # The model calls load_tool_group for a group the answer does not have, then for the
+        # same group again and for one the answer has: each time only the tools not sent
+        # already are added, and the set of names sent grows with them.
+        in_answer = {d.domain for d in r.domains}
+        other = next(g.name for g in stub.ListGroups(pb.ListGroupsRequest()).groups
+                     if g.active and not g.core and g.tool_count and g.name not in in_answer)
+        added = []
+        for group in [other, other, r.domains[-1].domain]:
+            loaded = stub.LoadToolGroup(pb.LoadToolGroupRequest(
+                conversation_id=chat, group_name=group, format=fmt))
+            new = [t for t in json.loads(loaded.tools_json) if name_of(t) not in sent]
+            tools += new
+            sent |= {name_of(t) for t in new}
+            added.append(len(new))
+        check(added[0] > 0 and added[1:] == [0, 0],
+              f"a new group's tools are added once, a group sent already adds none: {added}")
         body = body_of(tools, message, r.prompt_section)
         check_body(body)
         print(f"{pb.Format.Name(fmt)}: {len(tools)} tools, {r.tokens} tokens, "

@@ -26,6 +26,7 @@ until "$bin" health --addr "$addr" >/dev/null 2>&1; do
   sleep 0.05
 done
 "$bin" settings set --addr "$addr" qbittorrent_url http://nas:8080 >/dev/null
+"$bin" settings set --addr "$addr" sonarr_url http://nas:8989 >/dev/null
 passed=0
 for example in chat_backend mcp_tools_list; do
   TOOLROUTER_ADDR="$addr" "$py" "$here/$example.py"
