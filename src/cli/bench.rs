@@ -124,7 +124,8 @@ async fn route_counted(
     service: Service,
     request: RouteRequest,
 ) -> Result<tonic::Response<RouteCount>, tonic::Status> {
-    let mut grpc = tonic::client::Grpc::new(service).max_decoding_message_size(MAX_ANSWER_BYTES);
+    let mut grpc =
+        tonic::client::Grpc::new(service).max_decoding_message_size(super::connection::MAX_ANSWER_BYTES);
     grpc.ready()
         .await
         .map_err(|e| tonic::Status::unavailable(format!("the channel is not ready: {e}")))?;
@@ -132,9 +133,6 @@ async fn route_counted(
     let codec = tonic_prost::ProstCodec::<RouteRequest, RouteCount>::default();
     grpc.unary(tonic::Request::new(request), path, codec).await
 }
-
-/// The largest answer the generator reads.
-const MAX_ANSWER_BYTES: usize = 64 << 20;
 
 pub(super) async fn bench(command: BenchCommand) -> Result<(), Failure> {
     let BenchCommand::Grpc {
@@ -424,7 +422,8 @@ async fn run(
     mix: (Mix, i32, Decode),
 ) -> crate::Result<Report> {
     let service = conn.service().await?;
-    let client = ToolRouterClient::new(service.clone()).max_decoding_message_size(MAX_ANSWER_BYTES);
+    let client =
+        ToolRouterClient::new(service.clone()).max_decoding_message_size(super::connection::MAX_ANSWER_BYTES);
     // Every non-core group, for LoadToolGroup.
     let groups: Vec<String> = if matches!(mix.0, Mix::Mixed | Mix::Load) {
         let mut c = client.clone();

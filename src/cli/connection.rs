@@ -63,6 +63,10 @@ fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
     cur.to_string()
 }
 
+/// The largest answer a client takes: a whole large registry's `ListAllTools` or fallback
+/// `Route` (Seal's 4,076 tools are about 5 MB), past tonic's default of 4 MiB.
+pub const MAX_ANSWER_BYTES: usize = 64 << 20;
+
 impl Connection {
     /// A connection to `addr` without token or TLS.
     pub fn plain(addr: impl Into<String>) -> Connection {
@@ -77,10 +81,10 @@ impl Connection {
     /// The address as a URL: `host:port` means `http://host:port`, as grpcurl and the
     /// Python client spell it.
     pub fn url(&self) -> String {
-        if self.addr.contains("://") {
-            self.addr.clone()
-        } else {
-            format!("http://{}", self.addr)
+        match self.addr.split_once("://") {
+            // A scheme is case-insensitive (RFC 3986): `HTTPS://` is TLS too.
+            Some((scheme, rest)) => format!("{}://{rest}", scheme.to_ascii_lowercase()),
+            None => format!("http://{}", self.addr),
         }
     }
 
@@ -96,8 +100,15 @@ impl Connection {
     pub async fn channel(&self) -> Result<Channel> {
         let addr = &self.addr;
         let timeout = self.timeout();
-        let endpoint = Endpoint::from_shared(self.url())
-            .map_err(|e| Error::Config(format!("invalid --addr {addr:?}: {e}")))?;
+        let url = self.url();
+        // Plain HTTP/2 or TLS: any other scheme would be spoken to as plain HTTP/2.
+        if !(url.starts_with("http://") || url.starts_with("https://")) {
+            return Err(Error::Config(format!(
+                "invalid --addr {addr:?}: use host:port, http://host:port or https://host:port"
+            )));
+        }
+        let endpoint =
+            Endpoint::from_shared(url).map_err(|e| Error::Config(format!("invalid --addr {addr:?}: {e}")))?;
         // The URL parser takes any digits for a port (and then has none); a connection to
         // one past 65535 would only fail as "connection refused".
         if let Some(authority) = endpoint.uri().authority()
@@ -122,6 +133,14 @@ impl Connection {
             Some(ca) => {
                 let pem = std::fs::read(ca)
                     .map_err(|e| Error::Config(format!("cannot read --tls-ca {}: {e}", ca.display())))?;
+                // Anything else would only fail later, as a certificate the daemon's is not
+                // signed by.
+                if !pem.windows(27).any(|w| w == b"-----BEGIN CERTIFICATE-----") {
+                    return Err(Error::Config(format!(
+                        "--tls-ca {} holds no PEM certificate (-----BEGIN CERTIFICATE-----)",
+                        ca.display()
+                    )));
+                }
                 Some(ClientTlsConfig::new().ca_certificate(Certificate::from_pem(pem)))
             }
             None if self.url().starts_with("https://") => Some(ClientTlsConfig::new().with_webpki_roots()),
@@ -147,6 +166,29 @@ impl Connection {
         }
     }
 
+    /// Whether something accepts TCP connections at the address: a daemon the client could
+    /// not talk to (its certificate not trusted, say) is still there.
+    pub async fn listening(&self) -> bool {
+        let Ok(uri) = self.url().parse::<tonic::codegen::http::Uri>() else {
+            return false;
+        };
+        let Some(authority) = uri.authority() else {
+            return false;
+        };
+        let port = authority
+            .port_u16()
+            .unwrap_or(if uri.scheme_str() == Some("https") {
+                443
+            } else {
+                80
+            });
+        let host = authority.host().trim_start_matches('[').trim_end_matches(']');
+        matches!(
+            tokio::time::timeout(self.timeout(), tokio::net::TcpStream::connect((host, port))).await,
+            Ok(Ok(_))
+        )
+    }
+
     /// The interceptor adding this connection's token.
     ///
     /// # Errors
@@ -166,7 +208,7 @@ impl Connection {
     /// # Errors
     /// As [`Connection::channel`] and [`Connection::token`].
     pub async fn client(&self) -> Result<Client> {
-        Ok(ToolRouterClient::new(self.service().await?))
+        Ok(ToolRouterClient::new(self.service().await?).max_decoding_message_size(MAX_ANSWER_BYTES))
     }
 
     /// The channel with the bearer token added to every call, for calls made without the

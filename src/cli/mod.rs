@@ -24,8 +24,25 @@ use crate::error::Error;
 macro_rules! out {
     ($($arg:tt)*) => {{
         use std::io::Write as _;
-        let _ = writeln!(std::io::stdout().lock(), $($arg)*);
+        $crate::cli::written(writeln!(std::io::stdout().lock(), $($arg)*));
     }};
+}
+
+/// The first failure to write to stdout other than a closed pipe (a reader such as `head`
+/// that has what it wants), reported at exit: a command whose output did not reach its file
+/// (a full disk) has failed.
+static STDOUT_FAILED: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+
+/// Notes a write to stdout that failed, for the exit code.
+pub(crate) fn written(result: std::io::Result<()>) {
+    if let Err(e) = result
+        && e.kind() != std::io::ErrorKind::BrokenPipe
+    {
+        let mut failed = STDOUT_FAILED
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        failed.get_or_insert_with(|| e.to_string());
+    }
 }
 
 pub mod bench;
@@ -351,6 +368,17 @@ pub async fn run(cli: Cli) -> ExitCode {
         }
         Command::Bench { command } => bench::bench(command).await,
     };
+    // Output that did not reach stdout fails a command that otherwise succeeded.
+    use std::io::Write as _;
+    written(std::io::stdout().flush());
+    let unwritten = STDOUT_FAILED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .take();
+    let result = match (result, unwritten) {
+        (Ok(()), Some(e)) => Err(Failure::runtime(format!("cannot write the output: {e}"))),
+        (result, _) => result,
+    };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(f) => {
@@ -365,24 +393,82 @@ fn print_json(v: &Value) {
     out!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
 }
 
-/// Prints rows under headers, each column as wide as its widest cell.
+/// Prints rows under headers, each column as wide as its widest cell on a terminal (a Han
+/// character takes two columns). A cell's control characters are escaped (`\n`, `\u{1b}`):
+/// a row stays one line, and text from a manifest cannot send the terminal escape codes.
 fn print_table(headers: &[&str], rows: &[Vec<String>]) {
-    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
-    for row in rows {
+    for line in table_lines(headers, rows) {
+        out!("{line}");
+    }
+}
+
+/// [`print_table`]'s lines.
+fn table_lines(headers: &[&str], rows: &[Vec<String>]) -> Vec<String> {
+    use unicode_width::UnicodeWidthStr as _;
+    let shown = |cell: &str| -> String {
+        if cell.chars().any(char::is_control) {
+            cell.chars()
+                .map(|c| {
+                    if c.is_control() {
+                        c.escape_default().to_string()
+                    } else {
+                        c.to_string()
+                    }
+                })
+                .collect()
+        } else {
+            cell.to_string()
+        }
+    };
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| r.iter().map(|c| shown(c)).collect())
+        .collect();
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.width()).collect();
+    for row in &rows {
         for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
+            *w = (*w).max(cell.width());
         }
     }
     let line = |cells: Vec<&str>| {
-        let padded: Vec<String> = cells
-            .iter()
-            .zip(&widths)
-            .map(|(c, w)| format!("{c:<w$}"))
-            .collect();
-        out!("{}", padded.join("  ").trim_end());
+        let mut text = String::new();
+        for (i, (cell, w)) in cells.iter().zip(&widths).enumerate() {
+            if i > 0 {
+                text.push_str("  ");
+            }
+            text.push_str(cell);
+            text.extend(std::iter::repeat_n(' ', w.saturating_sub(cell.width())));
+        }
+        text.trim_end().to_string()
     };
-    line(headers.to_vec());
-    for row in rows {
-        line(row.iter().map(String::as_str).collect());
+    let mut lines = vec![line(headers.to_vec())];
+    lines.extend(
+        rows.iter()
+            .map(|row| line(row.iter().map(String::as_str).collect())),
+    );
+    lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::table_lines;
+
+    #[test]
+    fn a_table_keeps_one_line_per_row_escapes_control_characters_and_aligns_wide_text() {
+        let rows = vec![
+            vec!["天気予報".to_string(), "yes".to_string()],
+            vec!["two\nlines\t\u{1b}[31mred".to_string(), "no".to_string()],
+            vec!["plain".to_string(), "yes".to_string()],
+        ];
+        let lines = table_lines(&["NAME", "ACTIVE"], &rows);
+        assert_eq!(
+            lines,
+            [
+                "NAME                       ACTIVE",
+                "天気予報                   yes",
+                "two\\nlines\\t\\u{1b}[31mred  no",
+                "plain                      yes",
+            ]
+        );
     }
 }

@@ -75,6 +75,18 @@ pub(super) async fn settings(
                 )));
             }
         },
+        // A bad address, CA file or token is the caller's to fix.
+        Err(e @ crate::Error::Config(_)) => return Err(e.into()),
+        Err(_) if opts.database.is_some() => None,
+        // Something is there that could not be asked (TLS it does not trust, say): without
+        // --database this could write a database that daemon does not use.
+        Err(e) if conn.listening().await => {
+            return Err(Failure::config(format!(
+                "the daemon at {addr} could not be asked which database it uses ({e}): pass \
+                 --tls-ca or --auth-token so it can, or --database to name the database"
+            )));
+        }
+        // Nothing listens: no daemon to ask.
         Err(_) => None,
     };
     let daemon_postgres = daemon

@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use crate::helpers::{
-    json_of, manifest_dir, other_programs_database, run, run_with_env, set_settings, shown, spawn_app,
-    temp_dir,
+    TestApp, json_of, manifest_dir, other_programs_database, run, run_with_env, set_settings, shown,
+    spawn_app, temp_dir,
 };
 
 #[tokio::test]
@@ -355,6 +355,62 @@ async fn eval_on_a_database_measures_the_registry_and_tools_its_daemon_serves() 
     // base is inactive (no base_url): not sent, but its tool is in the oracle.
     assert_eq!(report["splits"]["core"]["strict_recall"], 0.0, "{report}");
     assert_eq!(report["splits"]["core"]["oracle_tools"], 1.0, "{report}");
+}
+
+#[tokio::test]
+async fn output_that_cannot_be_written_fails_the_command() {
+    let dir = temp_dir();
+    let (folder, _) = eval_fixture(dir.path());
+    let full = std::fs::File::create("/dev/full").unwrap();
+    let out = std::process::Command::new(crate::helpers::BIN)
+        .args(["check", folder.to_str().unwrap(), "--json"])
+        .stdout(full)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("cannot write the output"),
+        "{out:?}"
+    );
+}
+
+#[tokio::test]
+async fn client_addresses_take_a_scheme_in_any_case_and_refuse_other_schemes() {
+    let app = spawn_app().await;
+    let port = app.addr.port();
+    let upper = format!("HTTP://127.0.0.1:{port}");
+    let out = run(app.dir(), &["health", "--addr", &upper]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", shown(&out));
+    for other in [
+        format!("ftp://127.0.0.1:{port}"),
+        format!("grpcs://127.0.0.1:{port}"),
+    ] {
+        let out = run(app.dir(), &["groups", "--addr", &other]).await;
+        assert_eq!(out.status.code(), Some(2), "{other}: {}", shown(&out));
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("invalid --addr"),
+            "{}",
+            shown(&out)
+        );
+    }
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn the_client_takes_answers_over_4_mib() {
+    // One tool whose description alone is over tonic's default limit of 4 MiB.
+    let description = "Reads the gauge of the boiler. ".repeat(160_000);
+    let manifest = format!(
+        r#"{{"name":"big","tools":[{{"name":"read_gauge","description":"{description}","tier":"read"}}]}}"#
+    );
+    let app = TestApp::builder()
+        .manifests(&[("big.json", &manifest)])
+        .spawn()
+        .await;
+    let out = run(app.dir(), &["tools", "--addr", &app.addr.to_string(), "--json"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", shown(&out));
+    assert!(out.stdout.len() > 4 << 20, "{}", out.stdout.len());
+    app.stop().await;
 }
 
 #[tokio::test]

@@ -361,6 +361,48 @@ async fn settings_refuses_to_guess_when_the_daemon_will_not_say_its_database() {
     app.stop().await;
 }
 
+#[tokio::test]
+async fn settings_refuses_to_guess_when_the_daemon_cannot_be_asked_and_names_bad_options() {
+    let app = TestApp::builder().tls().spawn().await;
+    let elsewhere = temp_dir();
+    // A database of the folder's own, which the TLS daemon does not use.
+    let local = elsewhere.path().join("toolrouter.db");
+    let out = run(elsewhere.path(), &["settings", "--create", "set", "k", "local"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", shown(&out));
+    let before = std::fs::read(&local).unwrap();
+    // The daemon's certificate is not trusted without --tls-ca: it is there, but cannot say
+    // which database it uses.
+    let https = format!("https://localhost:{}", app.addr.port());
+    let out = run(elsewhere.path(), &["settings", "--addr", &https, "set", "k", "v"]).await;
+    assert_eq!(out.status.code(), Some(2), "{}", shown(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("could not be asked which database"),
+        "{}",
+        shown(&out)
+    );
+    // A CA file that is no certificate, and a token that cannot be sent, are the caller's.
+    let not_pem = elsewhere.path().join("ca.txt");
+    std::fs::write(&not_pem, "not a certificate").unwrap();
+    let plain = app.addr.to_string();
+    for args in [
+        vec!["--addr", https.as_str(), "--tls-ca", not_pem.to_str().unwrap()],
+        vec!["--addr", plain.as_str(), "--auth-token", "x\u{1}"],
+    ] {
+        let out = run(
+            elsewhere.path(),
+            &[&["settings"][..], &args, &["set", "k", "v"]].concat(),
+        )
+        .await;
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", shown(&out));
+    }
+    assert_eq!(
+        std::fs::read(&local).unwrap(),
+        before,
+        "nothing written to the wrong database"
+    );
+    app.stop().await;
+}
+
 /// A port that completes the HTTP/2 handshake (the daemon's SETTINGS, and an ACK of the
 /// client's) and then reads every call without ever answering one.
 fn http2_port_that_never_answers() -> String {
