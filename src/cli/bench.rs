@@ -45,7 +45,9 @@ pub enum BenchCommand {
         /// text), sent in turn.
         #[arg(long)]
         messages: PathBuf,
-        /// Which calls to send: `route` (throughput) or `mixed` (the soak).
+        /// Which calls to send: `route` (throughput), `mixed` (the soak), `converse`
+        /// (`Route` in 50-turn conversations) or `load` (`LoadToolGroup` into new
+        /// conversations). Ctrl-C or SIGTERM ends the run early, with its report.
         #[arg(long, value_enum, default_value = "route")]
         mix: Mix,
         /// Ask `Route` for the tools in this provider format (`tools_json`) instead of native
@@ -66,7 +68,7 @@ pub enum BenchCommand {
 pub enum Decode {
     /// Into `RouteResponse` messages.
     Full,
-    /// Field by field, counting ([`RouteCount`]).
+    /// Field by field, counting tools and decisions, not building them.
     Count,
 }
 
@@ -146,6 +148,9 @@ pub(super) async fn bench(command: BenchCommand) -> Result<(), Failure> {
     } = command;
     if concurrency == 0 {
         return Err(Failure::config("--concurrency must be at least 1"));
+    }
+    if duration.is_zero() {
+        return Err(Failure::config("--duration must be more than 0s"));
     }
     let messages = read_messages(&messages)?;
     let format = i32::from(format.unwrap_or_default());
@@ -447,12 +452,23 @@ async fn run(
     let start = Instant::now();
     let measure_from = start + warmup;
     let deadline = measure_from + duration;
+    // Ctrl-C or SIGTERM ends the run early, as its end would: each worker deletes the
+    // domain it registered, and the report covers the time measured.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let interrupt = tokio::spawn({
+        let stop = stop.clone();
+        async move {
+            super::serve::shutdown_signal().await;
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    });
     let mut tasks = Vec::with_capacity(concurrency);
     for worker in 0..concurrency {
         let mut client = client.clone();
         let service = service.clone();
         let messages = messages.clone();
         let groups = groups.clone();
+        let stop = stop.clone();
         tasks.push(tokio::spawn(async move {
             let mut t = Tally {
                 latencies: Vec::new(),
@@ -466,7 +482,7 @@ async fn run(
             let mut registered = false;
             loop {
                 let sent = Instant::now();
-                if sent >= deadline {
+                if sent >= deadline || stop.load(std::sync::atomic::Ordering::Relaxed) {
                     break;
                 }
                 let message = messages[n % messages.len()].clone();
@@ -537,8 +553,14 @@ async fn run(
             *failures.entry(k).or_default() += v;
         }
     }
+    interrupt.abort();
     latencies.sort_unstable();
-    let seconds = duration.as_secs_f64();
+    // The time measured: all of it, or up to an interruption.
+    let seconds = Instant::now()
+        .min(deadline)
+        .saturating_duration_since(measure_from)
+        .as_secs_f64()
+        .max(f64::MIN_POSITIVE);
     Ok(Report {
         requests_per_sec: ok as f64 / seconds,
         p50_us: percentile(&latencies, 0.50),

@@ -414,6 +414,42 @@ async fn the_client_takes_answers_over_4_mib() {
 }
 
 #[tokio::test]
+async fn an_interrupted_mixed_bench_reports_and_leaves_no_domain_behind() {
+    let mut app = spawn_app().await;
+    let messages = app.dir().join("messages.txt");
+    std::fs::write(&messages, "restart the nginx container\nwhat is playing?\n").unwrap();
+    let child = tokio::process::Command::new(crate::helpers::BIN)
+        .args(["bench", "grpc", "--addr", &app.addr.to_string(), "--messages"])
+        .arg(&messages)
+        .args(["--duration", "60s", "--concurrency", "4", "--mix", "mixed"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    let pid = i32::try_from(child.id().unwrap()).unwrap();
+    // SAFETY: a signal to the child this test started.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let out = tokio::time::timeout(std::time::Duration::from_secs(20), child.wait_with_output())
+        .await
+        .expect("the run ends at the signal")
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", shown(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("requests/s"),
+        "{}",
+        shown(&out)
+    );
+    let groups = app.group_names().await;
+    assert!(
+        !groups.iter().any(|g| g.starts_with("bench-worker")),
+        "{groups:?}"
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
 async fn eval_names_a_bad_labelled_line() {
     let dir = temp_dir();
     let (folder, _) = eval_fixture(dir.path());
