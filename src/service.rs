@@ -816,8 +816,8 @@ const SEARCH_LIMIT: (usize, usize) = (5, 20);
 /// The `text` of a `SearchTools` answer, for the model to read.
 fn search_text(scope: Scope<'_>, query: &str, hits: &[proto::ToolHit], loaded: &[String]) -> String {
     if hits.is_empty() {
-        let loadable = scope.activation.loadable().iter().copied();
-        let active = domain_names(&scope.view.registry, loadable);
+        // Every active group, core ones too (SPEC §1), not only those a load would add.
+        let active = domain_names(&scope.view.registry, scope.activation.active());
         // The query is echoed as error messages echo a caller's value (SPEC §5).
         return format!(
             "No tools matched '{}'. Active groups: {}.",

@@ -537,14 +537,15 @@ impl SearchIndex {
 
     /// The distinct terms of a piece of text, each with the first words that stand for it.
     /// A word written as an identifier (`quuxlyReport`, `HTTPServer`, `sync4plexar`, as a
-    /// model guessing a tool's name writes it) is read as its parts, as names are indexed.
+    /// model guessing a tool's name writes it) is read as its parts too, as names are
+    /// indexed; and as itself, as descriptions say it (`GitHub`, `MP3`, `qBittorrent`).
     fn query_terms(&self, text: &str) -> Vec<(TermId, Range<usize>)> {
         let mut words: Vec<(Range<usize>, String)> = Vec::new();
         analysis::for_each_word(text, &mut String::new(), |span, word| {
             let written = &text[span.clone()];
             let split = analysis::split_identifier(written);
+            words.push((span.clone(), word.to_string()));
             if !split.contains(' ') {
-                words.push((span, word.to_string()));
                 return;
             }
             // Each part is a piece of the word as written, in order.

@@ -349,6 +349,32 @@ fn a_query_word_written_as_an_identifier_is_read_as_its_parts() {
 }
 
 #[test]
+fn a_query_word_written_as_its_brand_writes_it_finds_the_text_that_says_it() {
+    let registry = Registry::from_sources([(
+        "dev.json",
+        r#"{"name":"dev","tools":[
+            {"name":"open_issue","description":"Open an issue on GitHub"},
+            {"name":"convert_audio","description":"Convert an audio file to MP3 or FLAC"},
+            {"name":"torrents","description":"List what qBittorrent downloads"},
+            {"name":"other","description":"Something else"}]}"#,
+    )])
+    .unwrap();
+    let index = SearchIndex::new(&registry);
+    for (query, want) in [
+        ("GitHub", "open_issue"),
+        ("github", "open_issue"),
+        ("MP3", "convert_audio"),
+        ("qBittorrent", "torrents"),
+    ] {
+        let hits = index.search_tools(query, 5, None);
+        let first = hits
+            .first()
+            .map(|h| registry.domain(h.domain).tools[h.tool].name.as_str());
+        assert_eq!(first, Some(want), "{query}: {hits:?}");
+    }
+}
+
+#[test]
 fn text_written_without_spaces_is_found_by_its_characters() {
     let registry = Registry::from_sources([
         (

@@ -217,13 +217,19 @@ async fn nothing_matched_says_so_and_lists_the_active_groups(backend: Backend) {
     app.set("pihole_url", "http://pi.hole").await;
     let r = app.search(search_request("xyzzy plugh")).await.unwrap();
     assert!(r.hits.is_empty());
-    assert_eq!(r.text, "No tools matched 'xyzzy plugh'. Active groups: pihole.");
+    assert_eq!(
+        r.text,
+        "No tools matched 'xyzzy plugh'. Active groups: pihole, system."
+    );
     // A long query is echoed as errors echo a caller's value: cut to 128 characters.
     let long = "q".repeat(5_000);
     let r = app.search(search_request(&long)).await.unwrap();
     assert_eq!(
         r.text,
-        format!("No tools matched '{}…'. Active groups: pihole.", "q".repeat(128))
+        format!(
+            "No tools matched '{}…'. Active groups: pihole, system.",
+            "q".repeat(128)
+        )
     );
     app.stop().await;
 }
