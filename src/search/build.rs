@@ -19,7 +19,7 @@ type Document = (Vec<(TermId, usize)>, [f32; FIELDS]);
 const PAIRS: usize = 4;
 
 /// The text of one tool's four fields.
-fn tool_fields(registry: &Registry, d: DomainId, t: usize) -> [String; 4] {
+pub(super) fn tool_fields(registry: &Registry, d: DomainId, t: usize) -> [String; 4] {
     let domain = registry.domain(d);
     let tool = &domain.tools[t];
     let mut schema = String::new();
@@ -192,7 +192,6 @@ impl SearchIndex {
         }
         let mut post_start = Vec::with_capacity(term_count + 1);
         let mut post = Vec::new();
-        let mut df = Vec::with_capacity(term_count);
         let domains = registry.domains().len().max(1) as f32;
         let idf = |n: f32, df: f32| (1.0 + (n - df + 0.5) / (df + 0.5)).ln();
         for list in &postings {
@@ -205,7 +204,6 @@ impl SearchIndex {
                 .count();
             let idf = idf(n, list.len() as f32).powf(1.0 - params.domain_idf)
                 * idf(domains, in_domains as f32).powf(params.domain_idf);
-            df.push(list.len() as u32);
             for &(tool, tf) in list {
                 post.push((tool, idf * tf * (k1 + 1.0) / (tf + k1)));
             }
@@ -250,7 +248,6 @@ impl SearchIndex {
             dom_post,
             dom_tools,
             max_domain_tools,
-            df,
             tool_domain,
             domain_start,
             names: {

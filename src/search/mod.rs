@@ -239,8 +239,6 @@ pub struct SearchIndex {
     dom_tools: Vec<u32>,
     /// The most tools any domain has.
     max_domain_tools: usize,
-    /// Document frequency of each term, in tools.
-    df: Vec<u32>,
     /// Global tool -> its domain, and the first global tool of each domain (one more entry
     /// at the end).
     tool_domain: Vec<u32>,
@@ -926,14 +924,52 @@ impl SearchIndex {
             word.chars().all(|c| c.is_alphanumeric() || c == '-')
                 && (word.chars().count() >= 3 || word.chars().any(analysis::is_han))
         }
-        let n = self.tool_domain.len() as f32;
+        // Each tool's own stems (its name words, description and schema; not its domain's
+        // text, which every tool of the domain carries alike), each marked when the tool's
+        // prose says it: a word only tool names hold (`qbt_...`) is no word a user says.
+        let mut bags: Vec<HashMap<String, bool>> = Vec::with_capacity(self.tool_domain.len());
+        for d in registry.domain_ids() {
+            for t in 0..registry.domain(d).tools.len() {
+                let [name, description, schema, _] = build::tool_fields(registry, d, t);
+                let mut bag = HashMap::new();
+                for stem in self.analyzer.stems(&name) {
+                    bag.entry(stem).or_insert(false);
+                }
+                for stem in self
+                    .analyzer
+                    .stems(&description)
+                    .into_iter()
+                    .chain(self.analyzer.stems(&schema))
+                {
+                    bag.insert(stem, true);
+                }
+                bags.push(bag);
+            }
+        }
+        // In how many tools, and in how many domains, each stem is.
+        let mut tools_with: HashMap<&str, usize> = HashMap::new();
+        let mut domains_with: HashMap<&str, usize> = HashMap::new();
+        for (d, _) in registry.domains().iter().enumerate() {
+            let mut seen: std::collections::HashSet<&str> = std::collections::HashSet::new();
+            for bag in &bags[self.domain_start[d] as usize..self.domain_start[d + 1] as usize] {
+                for stem in bag.keys() {
+                    *tools_with.entry(stem).or_default() += 1;
+                    seen.insert(stem);
+                }
+            }
+            for stem in seen {
+                *domains_with.entry(stem).or_default() += 1;
+            }
+        }
+        let n = bags.len() as f32;
+        let domains = registry.domains().len() as f32;
         registry
             .domains()
             .iter()
             .enumerate()
             .map(|(d, domain)| {
-                let tools = self.domain_start[d]..self.domain_start[d + 1];
-                let size = tools.len() as f32;
+                let own = &bags[self.domain_start[d] as usize..self.domain_start[d + 1] as usize];
+                let size = own.len() as f32;
                 if size == 0.0 {
                     return Vec::new();
                 }
@@ -944,22 +980,39 @@ impl SearchIndex {
                     .chain([&domain.name, &domain.display_name])
                     .flat_map(|k| self.analyzer.stems(&analysis::split_identifier(k)))
                     .collect();
-                let mut ranked: Vec<(String, f32)> = (0..self.term_words.len() as TermId)
-                    .filter_map(|term| {
-                        let inside = self
-                            .postings(term)
-                            .iter()
-                            .filter(|(t, _)| tools.contains(t))
-                            .count() as f32;
-                        if inside < 2f32.min(size) {
+                let mut inside: HashMap<&str, (usize, bool)> = HashMap::new();
+                for bag in own {
+                    for (stem, &prose) in bag {
+                        let e = inside.entry(stem).or_default();
+                        e.0 += 1;
+                        e.1 |= prose;
+                    }
+                }
+                let mut ranked: Vec<(String, f32)> = inside
+                    .into_iter()
+                    .filter_map(|(stem, (count, prose))| {
+                        let count = count as f32;
+                        if !prose || count < 2f32.min(size) || covered.iter().any(|c| c == stem) {
                             return None;
                         }
-                        let outside = self.df[term as usize] as f32 - inside;
+                        let outside = tools_with[stem] as f32 - count;
                         let idf = ((n - size + 1.0) / (outside + 1.0)).ln();
-                        let word = &self.term_words[term as usize];
-                        let stem = self.analyzer.stem(word);
-                        (idf > 0.0 && typable(word) && !covered.iter().any(|c| c == stem.as_ref()))
-                            .then(|| (word.clone(), inside / size * idf))
+                        // A word most domains say tells none of them apart: none that half
+                        // of them or more say, the fewer the better.
+                        let said_by = domains_with[stem] as f32;
+                        let spread = if domains < 2.0 {
+                            1.0
+                        } else if said_by * 2.0 >= domains && domains >= 4.0 {
+                            0.0
+                        } else {
+                            (domains / said_by).ln() / domains.ln()
+                        };
+                        let word = self
+                            .terms
+                            .get(stem)
+                            .map_or(stem, |&t| self.term_words[t as usize].as_str());
+                        (idf > 0.0 && spread > 0.0 && typable(word))
+                            .then(|| (word.to_string(), count / size * idf * spread))
                     })
                     .collect();
                 ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));

@@ -439,6 +439,59 @@ fn a_default_description_is_not_searched_nor_suggested() {
 }
 
 #[test]
+fn keyword_suggestions_come_from_what_the_tools_say_and_tell_domains_apart() {
+    // Every tool of `net` has the `qbt` prefix and a "maximum" in its schema, as every other
+    // domain's tools do; its description says "network-wide"; its tools say "blocklist".
+    let tool = |name: &str, description: &str| {
+        format!(
+            r#"{{"name":"{name}","description":"{description}","input_schema":{{"type":"object","properties":{{"limit":{{"type":"integer","description":"The maximum number of results"}}}}}}}}"#
+        )
+    };
+    let domain = |name: &str, description: &str, tools: &[String]| {
+        format!(
+            r#"{{"name":"{name}","description":"{description}","tools":[{}]}}"#,
+            tools.join(",")
+        )
+    };
+    let net = domain(
+        "net",
+        "Network-wide ad blocking",
+        &[
+            tool("qbt_add_blocklist", "Add a blocklist"),
+            tool("qbt_remove_blocklist", "Remove a blocklist"),
+            tool("qbt_list_blocklists", "List every blocklist"),
+        ],
+    );
+    let others: Vec<(String, String)> = ["films", "music", "books", "notes"]
+        .iter()
+        .map(|n| {
+            let t = [
+                tool(&format!("{n}_one"), &format!("Find {n} by title")),
+                tool(&format!("{n}_two"), "Show details"),
+            ];
+            (format!("{n}.json"), domain(n, "Things", &t))
+        })
+        .collect();
+    let mut sources = vec![("net.json", net.as_str())];
+    sources.extend(others.iter().map(|(p, t)| (p.as_str(), t.as_str())));
+    let registry = Registry::from_sources(sources).unwrap();
+    let index = SearchIndex::new(&registry);
+    let net_id = registry.find("net").unwrap().index();
+    let suggested: Vec<String> = index.suggest_keywords(&registry, 10)[net_id]
+        .iter()
+        .map(|(w, _)| w.clone())
+        .collect();
+    assert_eq!(
+        suggested.first().map(String::as_str),
+        Some("blocklist"),
+        "{suggested:?}"
+    );
+    for junk in ["qbt", "wide", "network", "maximum", "results"] {
+        assert!(!suggested.contains(&junk.to_string()), "{junk}: {suggested:?}");
+    }
+}
+
+#[test]
 fn keyword_suggestions_are_words_a_user_would_say() {
     let registry = Registry::from_sources([
         (
