@@ -51,6 +51,23 @@ struct Opened {
     pool: SqlitePool,
     /// `None` for an in-memory database.
     file: Option<FileId>,
+    /// The write-ahead log and its index the pool's connections use (`-wal`, `-shm` beside
+    /// the file), as they were when it was opened.
+    log: [Option<FileId>; 2],
+}
+
+/// The write-ahead log's and its index's paths beside a database file.
+fn log_paths(path: &Path) -> [std::path::PathBuf; 2] {
+    ["-wal", "-shm"].map(|suffix| {
+        let mut p = path.as_os_str().to_owned();
+        p.push(suffix);
+        std::path::PathBuf::from(p)
+    })
+}
+
+/// The identities of the log files beside `path` now.
+fn log_ids(path: &Path) -> [Option<FileId>; 2] {
+    log_paths(path).map(|p| file_id(&p).ok())
 }
 
 /// Device and inode: what tells a replaced file from the one that was opened.
@@ -119,11 +136,12 @@ impl Store {
             })?),
             None => None,
         };
+        let log = path.as_deref().map_or([None, None], log_ids);
         Ok(Store {
             inner: Arc::new(Inner {
                 options,
                 path,
-                current: ArcSwap::from_pointee(Opened { pool, file }),
+                current: ArcSwap::from_pointee(Opened { pool, file, log }),
                 reopen: tokio::sync::Mutex::new(()),
                 generation: AtomicU64::new(0),
             }),
@@ -141,23 +159,59 @@ impl Store {
     }
 
     /// The pool over the file the path names now, reopening it if it was replaced: the one
-    /// file check of a call.
+    /// file check of a call. The connections to a file gone from the path (replaced or
+    /// deleted) are closed first, before any to a new one: SQLite finds the write-ahead log
+    /// and its index by the path, so connections left open on the old file would hand its
+    /// log to the new one, laying the old file's pages over it (a backup moved into place
+    /// came out corrupt). Closing them checkpoints the old file and removes its log.
     pub(super) async fn pool(&self) -> Result<SqlitePool> {
         let opened = self.inner.current.load_full();
         let Some(path) = &self.inner.path else {
             return Ok(opened.pool.clone());
         };
-        let now = self.file_id(path).await?;
-        if opened.file == Some(now) {
+        if let Ok(now) = self.file_id(path).await
+            && opened.file == Some(now)
+        {
             return Ok(opened.pool.clone());
         }
         drop(opened);
         let _guard = self.inner.reopen.lock().await;
-        let now = self.file_id(path).await?;
+        let now = self.stat(path).await?;
         let opened = self.inner.current.load_full();
-        if opened.file == Some(now) {
+        if let Ok(now) = &now
+            && opened.file == Some(*now)
+        {
+            // Another call reopened it meanwhile.
             return Ok(opened.pool.clone());
         }
+        // Another file at the path, or none: the connections to the one opened go (a file
+        // that cannot be looked at just now is not taken for gone).
+        let gone = match &now {
+            Ok(_) => true,
+            Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+        };
+        if opened.file.is_some() && gone {
+            self.inner.current.store(Arc::new(Opened {
+                pool: opened.pool.clone(),
+                file: None,
+                log: opened.log,
+            }));
+            opened.pool.close().await;
+            // SQLite leaves the log of a file that moved where it was (it checkpoints only
+            // into a file still at its path), and would read it as the new file's: the old
+            // file's log is moved aside. One another program made for the new file stays.
+            for (at, was) in log_paths(path).iter().zip(opened.log) {
+                if was.is_some() && file_id(at).ok() == was {
+                    let mut aside = at.as_os_str().to_owned();
+                    aside.push(".replaced");
+                    if let Err(e) = std::fs::rename(at, &aside) {
+                        tracing::error!(path = %at.display(), error = %e, "cannot move the replaced database file's log aside");
+                    }
+                }
+            }
+            tracing::warn!(path = %path.display(), "the database file was replaced or deleted; closed the connections to it and moved its log aside");
+        }
+        let now = now.map_err(|e| Self::unopenable(path, &e))?;
         let pool = open(&self.inner.options).await.map_err(|e| {
             Error::Unavailable(format!(
                 "the database file {} was replaced and cannot be reopened: {e}",
@@ -167,26 +221,32 @@ impl Store {
         self.inner.current.store(Arc::new(Opened {
             pool: pool.clone(),
             file: Some(now),
+            log: log_ids(path),
         }));
         self.inner.generation.fetch_add(1, Ordering::AcqRel);
         tracing::warn!(path = %path.display(), "the database file was replaced; reopened it");
-        opened.pool.close().await;
         Ok(pool)
     }
 
     /// The identity of the file at `path` now, read on the blocking pool (a `stat` may wait
     /// on a slow disk or a network file system, and must not hold a runtime thread).
     async fn file_id(&self, path: &Path) -> Result<FileId> {
+        self.stat(path).await?.map_err(|e| Self::unopenable(path, &e))
+    }
+
+    /// [`file_id`] on the blocking pool; the outer error only when that task failed.
+    async fn stat(&self, path: &Path) -> Result<std::io::Result<FileId>> {
         let owned = path.to_path_buf();
-        let id = tokio::task::spawn_blocking(move || file_id(&owned))
+        tokio::task::spawn_blocking(move || file_id(&owned))
             .await
-            .map_err(|e| Error::Internal(format!("the database file check failed: {e}")))?;
-        id.map_err(|e| {
-            Error::Unavailable(format!(
-                "the database file {} cannot be opened: {e}",
-                path.display()
-            ))
-        })
+            .map_err(|e| Error::Internal(format!("the database file check failed: {e}")))
+    }
+
+    fn unopenable(path: &Path, e: &std::io::Error) -> Error {
+        Error::Unavailable(format!(
+            "the database file {} cannot be opened: {e}",
+            path.display()
+        ))
     }
 
     /// Closes every connection.

@@ -602,6 +602,61 @@ async fn a_call_waits_for_an_unreachable_server_once_not_once_per_statement() {
 }
 
 #[tokio::test]
+async fn a_backup_moved_over_the_file_in_use_is_reopened_intact() {
+    // The daemon's connections hold the write-ahead log of the file it opened; a backup
+    // moved into place must not be handed that log.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.db");
+    let url = format!("sqlite://{}", path.display());
+    let db = Db::connect(&url).await.unwrap();
+    db.set_setting("k", "before").await.unwrap();
+    let backup = dir.path().join("backup.db");
+    let s = db.session().await.unwrap();
+    let Pool::Sqlite(pool) = &s.pool else {
+        unreachable!()
+    };
+    sqlx::query("VACUUM INTO ?1")
+        .bind(backup.to_str().unwrap())
+        .execute(pool)
+        .await
+        .unwrap();
+    for i in 0..300 {
+        s.save_members(&format!("c{i}"), i, &[(0, member("d", true, false))])
+            .await
+            .unwrap();
+    }
+    std::fs::rename(&backup, &path).unwrap();
+    // The next call finds the file replaced, and works on the backup.
+    let s = db.session().await.unwrap();
+    assert_eq!(
+        s.load_conversation("c1").await.unwrap(),
+        None,
+        "the backup's state"
+    );
+    s.save_members("after", 1, &[(0, member("d", true, false))])
+        .await
+        .unwrap();
+    assert_eq!(
+        db.read_settings().await.unwrap(),
+        [("k".to_string(), "before".to_string())]
+    );
+    db.close().await;
+    let check = Db::connect(&url).await.unwrap();
+    let s = check.session().await.unwrap();
+    let Pool::Sqlite(pool) = &s.pool else {
+        unreachable!()
+    };
+    let (integrity,): (String,) = sqlx::query_as("PRAGMA integrity_check")
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    assert_eq!(integrity, "ok");
+    assert!(s.load_conversation("after").await.unwrap().is_some());
+    assert_eq!(s.load_conversation("c1").await.unwrap(), None);
+    check.close().await;
+}
+
+#[tokio::test]
 async fn a_server_that_refuses_connections_is_named_with_why() {
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = closed.local_addr().unwrap();
