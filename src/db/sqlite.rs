@@ -37,6 +37,7 @@ pub(super) struct Store {
 #[derive(Debug)]
 struct Inner {
     options: SqliteConnectOptions,
+    busy_timeout: Duration,
     /// The database file; `None` for an in-memory database.
     path: Option<PathBuf>,
     current: ArcSwap<Opened>,
@@ -101,12 +102,19 @@ pub(super) fn file_of(url: &str) -> Result<Option<PathBuf>> {
     Ok(Some(filename.to_path_buf()))
 }
 
-async fn open(options: &SqliteConnectOptions) -> Result<SqlitePool> {
-    // A statement's wait for another writer's lock is SQLite's busy timeout. Waiting for a
-    // pooled connection keeps sqlx's bound: the connections are local, and opening one on a
-    // busy machine can take longer than a short busy timeout.
+/// The most connections a pool holds: enough that calls which only read (a `Route` reading
+/// its conversation) find one while writes wait on another program's write lock, each in
+/// SQLite's busy handler with its connection, for up to the busy timeout.
+const MAX_CONNECTIONS: u32 = 16;
+
+async fn open(options: &SqliteConnectOptions, busy_timeout: Duration) -> Result<SqlitePool> {
+    // A statement's wait for another writer's lock is SQLite's busy timeout; the wait for a
+    // pooled connection is bounded the same (and by a second at least: opening one on a busy
+    // machine can take longer than a short busy timeout), so a call whose connections are all
+    // taken by waiting writes answers UNAVAILABLE instead of running into the request timeout.
     let pool = SqlitePoolOptions::new()
-        .max_connections(4)
+        .max_connections(MAX_CONNECTIONS)
+        .acquire_timeout(busy_timeout.max(Duration::from_secs(1)))
         .connect_with(options.clone())
         .await?;
     sqlx::migrate!("migrations/sqlite").run(&pool).await?;
@@ -125,7 +133,7 @@ impl Store {
         let path = file_of(url)?;
         // Named, since SQLite's own words (`unable to open database file`, `file is not a
         // database`) do not say which.
-        let pool = open(&options).await.map_err(|e| match &path {
+        let pool = open(&options, busy_timeout).await.map_err(|e| match &path {
             Some(p) => Error::Unavailable(format!("cannot open the database file {}: {e}", p.display())),
             None => e,
         })?;
@@ -140,6 +148,7 @@ impl Store {
         Ok(Store {
             inner: Arc::new(Inner {
                 options,
+                busy_timeout,
                 path,
                 current: ArcSwap::from_pointee(Opened { pool, file, log }),
                 reopen: tokio::sync::Mutex::new(()),
@@ -212,12 +221,14 @@ impl Store {
             tracing::warn!(path = %path.display(), "the database file was replaced or deleted; closed the connections to it and moved its log aside");
         }
         let now = now.map_err(|e| Self::unopenable(path, &e))?;
-        let pool = open(&self.inner.options).await.map_err(|e| {
-            Error::Unavailable(format!(
-                "the database file {} was replaced and cannot be reopened: {e}",
-                path.display()
-            ))
-        })?;
+        let pool = open(&self.inner.options, self.inner.busy_timeout)
+            .await
+            .map_err(|e| {
+                Error::Unavailable(format!(
+                    "the database file {} was replaced and cannot be reopened: {e}",
+                    path.display()
+                ))
+            })?;
         self.inner.current.store(Arc::new(Opened {
             pool: pool.clone(),
             file: Some(now),

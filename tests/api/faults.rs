@@ -138,6 +138,46 @@ async fn settings_are_retried_each_ttl_and_recover_without_an_invalidation() {
     app.stop().await;
 }
 
+/// Many writes waiting on another program's write lock take a connection each: a read still
+/// finds one, and each write is refused within the busy timeout, none runs into the request
+/// timeout waiting for a connection.
+#[tokio::test]
+async fn writes_waiting_on_a_lock_leave_connections_for_reads_and_each_answers_in_time() {
+    let mut app = TestApp::builder()
+        .config(|c| {
+            c.busy_timeout = Duration::from_secs(1);
+            c.request_timeout = Duration::from_millis(2500);
+        })
+        .spawn()
+        .await;
+    app.set("sonarr_url", "x").await;
+    let lock = WriteLock::on(&app).await;
+    let loads: Vec<_> = (0..12)
+        .map(|i| {
+            let mut c = app.client.clone();
+            tokio::spawn(async move {
+                c.load_tool_group(crate::helpers::load_request(&format!("c{i}"), "sonarr"))
+                    .await
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let started = std::time::Instant::now();
+    let r = app.route("thanks", "a-new-conversation").await;
+    assert!(r.fallback);
+    assert!(
+        started.elapsed() < Duration::from_millis(900),
+        "a read waited {:?} for a connection",
+        started.elapsed()
+    );
+    for load in loads {
+        let err = load.await.unwrap().unwrap_err();
+        assert_eq!(err.code(), Code::Unavailable, "{err:?}");
+    }
+    lock.release().await;
+    app.stop().await;
+}
+
 async fn a_write_locked_past_the_busy_timeout_is_unavailable_and_then_succeeds(backend: Backend) {
     let mut app = TestApp::builder_on(backend)
         .config(|c| c.busy_timeout = Duration::from_millis(200))
