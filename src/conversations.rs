@@ -441,10 +441,15 @@ impl Conversations {
                 map.remove(&id);
             }
         }
+        // Those a call holds as the loop meets them, flushed once it is done (below).
+        let mut in_use: Vec<(Arc<str>, Arc<Mutex<Entry>>)> = Vec::new();
         for (id, cached) in self.cache.iter() {
             let entry = &cached.entry;
             let (seen, due) = {
-                let Ok(e) = entry.try_lock() else { continue };
+                let Ok(e) = entry.try_lock() else {
+                    in_use.push(((*id).clone(), entry.clone()));
+                    continue;
+                };
                 (e.last_seen, e.in_db && e.last_seen > e.flushed)
             };
             if due {
@@ -458,7 +463,7 @@ impl Conversations {
         // stored one, which the delete below reads (a call waiting on a locked database file
         // for long enough saw its conversation's earlier groups deleted under it). Each
         // one's clock is written once its call is done, first.
-        let in_use: Vec<(Arc<str>, Arc<Mutex<Entry>>)> = self
+        let held: Vec<(Arc<str>, Arc<Mutex<Entry>>)> = self
             .live
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -467,6 +472,11 @@ impl Conversations {
             .filter_map(|(id, weak)| Some((id.clone(), weak.upgrade()?)))
             .filter(|(_, entry)| entry.try_lock().is_err())
             .collect();
+        for (id, entry) in held {
+            if !in_use.iter().any(|(_, e)| Arc::ptr_eq(e, &entry)) {
+                in_use.push((id, entry));
+            }
+        }
         for (id, entry) in in_use {
             let mut e = entry.lock().await;
             if e.in_db && e.last_seen > e.flushed {
