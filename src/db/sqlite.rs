@@ -168,11 +168,12 @@ impl Store {
     }
 
     /// The pool over the file the path names now, reopening it if it was replaced: the one
-    /// file check of a call. The connections to a file gone from the path (replaced or
-    /// deleted) are closed first, before any to a new one: SQLite finds the write-ahead log
-    /// and its index by the path, so connections left open on the old file would hand its
-    /// log to the new one, laying the old file's pages over it (a backup moved into place
-    /// came out corrupt). Closing them checkpoints the old file and removes its log.
+    /// file check of a call. The connections to a file another replaced at the path are
+    /// closed first, before any to the new one, and the old file's write-ahead log and its
+    /// index moved aside: SQLite finds them by the path and leaves a moved file's log there,
+    /// so the new file would read the old one's log, its pages laid over it (a backup moved
+    /// into place came out corrupt). A file missing from the path keeps its connections
+    /// and its log: it may come back.
     pub(super) async fn pool(&self) -> Result<SqlitePool> {
         let opened = self.inner.current.load_full();
         let Some(path) = &self.inner.path else {
@@ -193,13 +194,10 @@ impl Store {
             // Another call reopened it meanwhile.
             return Ok(opened.pool.clone());
         }
-        // Another file at the path, or none: the connections to the one opened go (a file
-        // that cannot be looked at just now is not taken for gone).
-        let gone = match &now {
-            Ok(_) => true,
-            Err(e) => e.kind() == std::io::ErrorKind::NotFound,
-        };
-        if opened.file.is_some() && gone {
+        // Another file at the path: the connections to the one opened go. Not when none is
+        // there: a file moved away may come back, and its log, which holds its latest
+        // commits until a checkpoint, must be where it was.
+        if opened.file.is_some() && now.is_ok() {
             self.inner.current.store(Arc::new(Opened {
                 pool: opened.pool.clone(),
                 file: None,
@@ -218,7 +216,7 @@ impl Store {
                     }
                 }
             }
-            tracing::warn!(path = %path.display(), "the database file was replaced or deleted; closed the connections to it and moved its log aside");
+            tracing::warn!(path = %path.display(), "the database file was replaced; closed the connections to it and moved its log aside");
         }
         let now = now.map_err(|e| Self::unopenable(path, &e))?;
         let pool = open(&self.inner.options, self.inner.busy_timeout)
