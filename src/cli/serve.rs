@@ -277,6 +277,10 @@ pub(super) async fn serve(args: &ServeArgs) -> Result<(), Failure> {
     // found before anything starts.
     let tls = crate::server::tls(&config)?;
     init_tracing(config.log_format);
+    // From here on a SIGHUP is taken (and served once the daemon is ready), never the default
+    // action that ends the process: a reload sent while the registry loads must not kill it.
+    #[cfg(unix)]
+    let hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup());
     crate::server::keep_freed_buffers();
     // The token counter's tables take about 70 ms to build: build them while the manifests
     // are read, not after.
@@ -307,7 +311,7 @@ pub(super) async fn serve(args: &ServeArgs) -> Result<(), Failure> {
         .map_err(|e| Failure::runtime(format!("cannot listen on {}: {e}", config.listen)))?;
     let state = State::new(registry, &config).await?;
     #[cfg(unix)]
-    tokio::spawn(reload_on_sighup(state.clone()));
+    tokio::spawn(reload_on_sighup(hup, state.clone()));
     crate::server::serve(listener, state, &config, tls, shutdown_signal())
         .await
         .map_err(|e| Failure::runtime(format!("server failed: {e}")))
@@ -315,25 +319,18 @@ pub(super) async fn serve(args: &ServeArgs) -> Result<(), Failure> {
 
 /// Reloads the registry on each SIGHUP; a failed reload is logged and the old one serves on.
 #[cfg(unix)]
-fn reload_on_sighup(state: State) -> impl std::future::Future<Output = ()> {
-    use tokio::signal::unix::{SignalKind, signal};
-    // Registered here, before the caller spawns the loop and the daemon says it is serving:
-    // registering inside the task would leave a window in which a SIGHUP still has its default
-    // action and ends the process.
-    let hup = signal(SignalKind::hangup());
-    async move {
-        let mut hup = match hup {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::error!(error = %e, "cannot listen for SIGHUP; reload with the ReloadRegistry call");
-                return;
-            }
-        };
-        while hup.recv().await.is_some() {
-            tracing::info!("SIGHUP: reloading the registry");
-            if let Err(e) = state.reload().await {
-                tracing::error!(error = %e, "registry reload failed; the previous registry serves on");
-            }
+async fn reload_on_sighup(hup: std::io::Result<tokio::signal::unix::Signal>, state: State) {
+    let mut hup = match hup {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot listen for SIGHUP; reload with the ReloadRegistry call");
+            return;
+        }
+    };
+    while hup.recv().await.is_some() {
+        tracing::info!("SIGHUP: reloading the registry");
+        if let Err(e) = state.reload().await {
+            tracing::error!(error = %e, "registry reload failed; the previous registry serves on");
         }
     }
 }

@@ -800,6 +800,41 @@ async fn silent_sockets_at_the_file_limit_neither_spin_the_accept_loop_nor_lock_
 }
 
 #[tokio::test]
+async fn the_metrics_endpoint_out_of_descriptors_pauses_instead_of_spinning() {
+    let dir = temp_dir();
+    let metrics = free_addr();
+    let daemon = Daemon::start_with_files(
+        dir.path(),
+        &[
+            "--handshake-timeout",
+            "60s",
+            "--metrics-listen",
+            &metrics.to_string(),
+        ],
+        (64, 64),
+    );
+    let mut silent = Vec::new();
+    for _ in 0..150 {
+        silent.push(tokio::net::TcpStream::connect(daemon.addr).await.unwrap());
+    }
+    // A scrape waits in the metrics listener's queue, which cannot accept it.
+    let scrape = tokio::net::TcpStream::connect(metrics).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let pid = daemon.child.id();
+    let before = cpu_ticks(pid);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let used = cpu_ticks(pid) - before;
+    assert!(
+        used < 30,
+        "the daemon used {used} ticks of CPU in 1 s while out of descriptors"
+    );
+    let log = daemon.log();
+    let lines = log.matches("metrics endpoint").count();
+    assert!(lines <= 2, "one line per streak, not per attempt: {lines} lines");
+    drop((silent, scrape));
+}
+
+#[tokio::test]
 async fn the_listen_backlog_is_configurable() {
     let dir = temp_dir();
     let daemon = Daemon::start(dir.path(), &["--listen-backlog", "7"]);
@@ -812,4 +847,47 @@ async fn the_listen_backlog_is_configurable() {
     // For a listening socket, ss shows the backlog as Send-Q (the third column).
     let send_q: Vec<&str> = text.lines().filter_map(|l| l.split_whitespace().nth(2)).collect();
     assert_eq!(send_q, ["7"], "{text}");
+}
+
+/// A SIGHUP while the daemon starts (the registry loaded, the database being opened) is a
+/// reload once it serves, never the signal's default action, which would end it.
+#[test]
+fn a_sighup_during_start_does_not_end_the_daemon() {
+    use std::io::BufRead as _;
+    let dir = temp_dir();
+    let mut child = Command::new(crate::helpers::BIN)
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--log-format",
+            "json",
+            "--database",
+        ])
+        .arg(db_url(dir.path()))
+        .env("RUST_LOG", "info")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let (mut seen, mut reloaded) = (Vec::new(), false);
+    for line in stderr.lines().map_while(Result::ok) {
+        if line.contains("\"starting\"") {
+            // SAFETY: a signal to the child this test started.
+            assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGHUP) }, 0);
+        }
+        reloaded = line.contains("SIGHUP: reloading the registry");
+        seen.push(line);
+        if reloaded {
+            break;
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        reloaded,
+        "the daemon ended without reloading:\n{}",
+        seen.join("\n")
+    );
 }
