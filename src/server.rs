@@ -29,6 +29,7 @@ use crate::codec::TRANSPORT_LIMIT_BYTES;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::guard::Guard;
+use crate::telemetry::{ACCEPT_BACKOFF, out_of_resources};
 
 use crate::service::{Limits, ToolRouterService};
 use crate::state::State;
@@ -59,9 +60,6 @@ const HTTP2_KEEPALIVE: (Duration, Duration) = (Duration::from_secs(30), Duration
 
 /// Idle time before the kernel probes a connection's peer (TCP keepalive).
 const TCP_KEEPALIVE: Duration = Duration::from_secs(60);
-
-/// First and longest pause of the accept loop while out of file descriptors.
-const ACCEPT_BACKOFF: (Duration, Duration) = (Duration::from_millis(10), Duration::from_secs(1));
 
 /// Binds `addr` with `backlog` connections queued by the kernel before they are accepted
 /// (Linux caps it at `net.core.somaxconn`).
@@ -122,23 +120,6 @@ pub(crate) fn raise_open_files_limit() -> std::io::Result<libc::rlim_t> {
         limit = raised;
     }
     Ok(limit.rlim_cur)
-}
-
-/// Whether an accept failed for lack of file descriptors or kernel memory: retrying at once
-/// fails again, so the loop must pause.
-fn out_of_resources(e: &std::io::Error) -> bool {
-    #[cfg(unix)]
-    {
-        matches!(
-            e.raw_os_error(),
-            Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
-        )
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = e;
-        false
-    }
 }
 
 /// The accepted connections: a stream for tonic that closes the listener when the drain

@@ -354,13 +354,34 @@ pub(crate) async fn serve_metrics(
 ) {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     tokio::pin!(shutdown);
+    // Out of file descriptors, the loop pauses, longer each time, and logs once per streak,
+    // as the gRPC listener's does: retrying at once would spin and fill the log.
+    let (mut delay, mut failing) = (ACCEPT_BACKOFF.0, false);
     loop {
         let (mut stream, _) = tokio::select! {
             () = &mut shutdown => return,
             accepted = listener.accept() => match accepted {
-                Ok(c) => c,
+                Ok(c) => {
+                    if failing {
+                        tracing::info!("metrics endpoint: accepting connections again");
+                        (delay, failing) = (ACCEPT_BACKOFF.0, false);
+                    }
+                    c
+                }
+                Err(e) if out_of_resources(&e) => {
+                    if !failing {
+                        failing = true;
+                        tracing::error!(error = %e, "metrics endpoint: cannot accept connections: out of file descriptors; pausing");
+                    }
+                    tokio::select! {
+                        () = &mut shutdown => return,
+                        () = tokio::time::sleep(delay) => {}
+                    }
+                    delay = (delay * 2).min(ACCEPT_BACKOFF.1);
+                    continue;
+                }
                 Err(e) => {
-                    tracing::warn!(error = %e, "metrics endpoint: accept failed");
+                    tracing::debug!(error = %e, "metrics endpoint: accept failed");
                     continue;
                 }
             },
@@ -571,9 +592,15 @@ impl Drop for Unanswered {
 }
 
 /// A call's method as its log line names it: `/toolrouter.v1.ToolRouter/Route` -> `Route`;
-/// other services keep their full path.
-fn logged_method(path: &str) -> &str {
-    path.strip_prefix("/toolrouter.v1.ToolRouter/").unwrap_or(path)
+/// other services keep their full path. A path the daemon does not serve is the caller's
+/// text: it is cut to 128 characters and its control characters escaped, as an error
+/// repeats a value, so a caller cannot write long or forged lines into the log.
+fn logged_method(path: &str) -> std::borrow::Cow<'_, str> {
+    match path.strip_prefix("/toolrouter.v1.ToolRouter/") {
+        Some(method) if METHODS.contains(&method) => std::borrow::Cow::Borrowed(method),
+        _ if OTHER_METHODS.contains(&path) => std::borrow::Cow::Borrowed(path),
+        _ => crate::error::echo(path),
+    }
 }
 
 /// The `ToolRouter` RPCs, as the `method` label names them.
@@ -823,6 +850,31 @@ pub(crate) fn code_name(code: tonic::Code) -> &'static str {
     }
 }
 
+// Shared by the gRPC listener (`server`) and the metrics endpoint.
+
+/// First and longest pause of the accept loop while out of file descriptors.
+pub(crate) const ACCEPT_BACKOFF: (std::time::Duration, std::time::Duration) = (
+    std::time::Duration::from_millis(10),
+    std::time::Duration::from_secs(1),
+);
+
+/// Whether an accept failed for lack of file descriptors or kernel memory: retrying at once
+/// fails again, so the loop must pause.
+pub(crate) fn out_of_resources(e: &std::io::Error) -> bool {
+    #[cfg(unix)]
+    {
+        matches!(
+            e.raw_os_error(),
+            Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
+        )
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = e;
+        false
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -853,6 +905,20 @@ mod tests {
         ] {
             assert_eq!(method_label(path), "unknown", "{path}");
         }
+    }
+
+    #[test]
+    fn a_logged_method_is_the_served_name_or_the_callers_path_cut_and_escaped() {
+        assert_eq!(logged_method("/toolrouter.v1.ToolRouter/Route"), "Route");
+        assert_eq!(
+            logged_method("/grpc.health.v1.Health/Check"),
+            "/grpc.health.v1.Health/Check"
+        );
+        let long = format!("/{}/x", "A".repeat(15_000));
+        assert_eq!(logged_method(&long), format!("/{}…", "A".repeat(127)));
+        let forged = "/x\n{\"level\":\"ERROR\"}";
+        assert!(!logged_method(forged).contains('\n'), "{}", logged_method(forged));
+        assert!(logged_method("/toolrouter.v1.ToolRouter/Nope").starts_with("/toolrouter.v1.ToolRouter/"));
     }
 
     #[test]
