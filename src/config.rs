@@ -338,9 +338,25 @@ impl Config {
                 "the auth token is empty; give a token or leave it unset".into(),
             ));
         }
+        // A client sends a token in a header value: printable ASCII without spaces, or no
+        // client could ever be let in. The token itself is never repeated.
+        let sendable = |t: &str| t.bytes().all(|b| b.is_ascii_graphic());
+        if self.auth_token.as_deref().is_some_and(|t| !sendable(t)) {
+            return Err(Error::Config(
+                "the auth token holds a character no client can send (only printable ASCII \
+                 without spaces): check for a stray newline or space"
+                    .into(),
+            ));
+        }
         for (token, profile) in &self.tokens {
             if token.trim().is_empty() {
                 return Err(Error::Config("a token in [tokens] is empty".into()));
+            }
+            if !sendable(token) {
+                return Err(Error::Config(format!(
+                    "the token bound to profile `{profile}` in [tokens] holds a character no client \
+                     can send (only printable ASCII without spaces)"
+                )));
             }
             // The bound profile would win, and the operator's token would lose its rights.
             if self.auth_token.as_deref() == Some(token.as_str()) {
@@ -746,6 +762,14 @@ max_tools = 40
             ..Config::default()
         };
         assert!(blank.validate().unwrap_err().to_string().contains("empty"));
+        for token in ["abc\n", "a b", "tök"] {
+            let unsendable = Config {
+                auth_token: Some(token.into()),
+                ..Config::default()
+            };
+            let e = unsendable.validate().unwrap_err().to_string();
+            assert!(e.contains("no client can send") && !e.contains(token), "{e}");
+        }
     }
 
     #[test]
