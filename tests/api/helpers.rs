@@ -824,10 +824,10 @@ impl Daemon {
         })
     }
 
-    fn start_with(database: &str, extra: &[&str], configure: impl FnOnce(&mut Command)) -> Daemon {
+    /// `serve` on a free loopback port with JSON logs at info on a piped stderr, not started.
+    pub fn command(database: &str, extra: &[&str]) -> Command {
         let mut command = Command::new(BIN);
-        configure(&mut command);
-        let mut child = command
+        command
             .args([
                 "serve",
                 "--listen",
@@ -840,9 +840,14 @@ impl Daemon {
             .args(extra)
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+            .stderr(Stdio::piped());
+        command
+    }
+
+    fn start_with(database: &str, extra: &[&str], configure: impl FnOnce(&mut Command)) -> Daemon {
+        let mut command = Daemon::command(database, extra);
+        configure(&mut command);
+        let mut child = command.spawn().unwrap();
         let stderr = child.stderr.take().unwrap();
         let log = Arc::new(Mutex::new(String::new()));
         let (tx, rx) = std::sync::mpsc::channel();

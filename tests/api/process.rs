@@ -752,15 +752,18 @@ async fn the_daemon_raises_its_soft_open_files_limit_to_the_hard_limit() {
     assert!(daemon.log().contains("open-files limit"), "{}", daemon.log());
 }
 
-#[tokio::test]
-async fn silent_sockets_at_the_file_limit_neither_spin_the_accept_loop_nor_lock_out_new_clients() {
-    let dir = temp_dir();
-    let daemon = Daemon::start_with_files(dir.path(), &["--handshake-timeout", "1s"], (64, 64));
-    // More silent sockets than the daemon has file descriptors; the test keeps them all open.
+/// 150 connections to the daemon that never send anything: more than a daemon started with
+/// 64 file descriptors can hold. Kept open while the caller holds them.
+async fn silent_sockets(daemon: &Daemon) -> Vec<tokio::net::TcpStream> {
     let mut silent = Vec::new();
     for _ in 0..150 {
         silent.push(tokio::net::TcpStream::connect(daemon.addr).await.unwrap());
     }
+    silent
+}
+
+/// The daemon, out of file descriptors, uses little CPU for a second: its accept loops pause.
+async fn assert_idle_while_out_of_descriptors(daemon: &Daemon) {
     tokio::time::sleep(Duration::from_millis(300)).await;
     let pid = daemon.child.id();
     let before = cpu_ticks(pid);
@@ -771,6 +774,15 @@ async fn silent_sockets_at_the_file_limit_neither_spin_the_accept_loop_nor_lock_
         used < 30,
         "the daemon used {used} ticks of CPU in 1 s while out of descriptors"
     );
+}
+
+#[tokio::test]
+async fn silent_sockets_at_the_file_limit_neither_spin_the_accept_loop_nor_lock_out_new_clients() {
+    let dir = temp_dir();
+    let daemon = Daemon::start_with_files(dir.path(), &["--handshake-timeout", "1s"], (64, 64));
+    // More silent sockets than the daemon has file descriptors; the test keeps them all open.
+    let silent = silent_sockets(&daemon).await;
+    assert_idle_while_out_of_descriptors(&daemon).await;
     // The silent sockets are closed at the handshake timeout, so a new client gets in while
     // they are all still open on this side.
     let started = Instant::now();
@@ -813,21 +825,10 @@ async fn the_metrics_endpoint_out_of_descriptors_pauses_instead_of_spinning() {
         ],
         (64, 64),
     );
-    let mut silent = Vec::new();
-    for _ in 0..150 {
-        silent.push(tokio::net::TcpStream::connect(daemon.addr).await.unwrap());
-    }
+    let silent = silent_sockets(&daemon).await;
     // A scrape waits in the metrics listener's queue, which cannot accept it.
     let scrape = tokio::net::TcpStream::connect(metrics).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let pid = daemon.child.id();
-    let before = cpu_ticks(pid);
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let used = cpu_ticks(pid) - before;
-    assert!(
-        used < 30,
-        "the daemon used {used} ticks of CPU in 1 s while out of descriptors"
-    );
+    assert_idle_while_out_of_descriptors(&daemon).await;
     let log = daemon.log();
     let lines = log.matches("metrics endpoint").count();
     assert!(lines <= 2, "one line per streak, not per attempt: {lines} lines");
@@ -855,21 +856,7 @@ async fn the_listen_backlog_is_configurable() {
 fn a_sighup_during_start_does_not_end_the_daemon() {
     use std::io::BufRead as _;
     let dir = temp_dir();
-    let mut child = Command::new(crate::helpers::BIN)
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--log-format",
-            "json",
-            "--database",
-        ])
-        .arg(db_url(dir.path()))
-        .env("RUST_LOG", "info")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = Daemon::command(&db_url(dir.path()), &[]).spawn().unwrap();
     let stderr = std::io::BufReader::new(child.stderr.take().unwrap());
     let (mut seen, mut reloaded) = (Vec::new(), false);
     for line in stderr.lines().map_while(Result::ok) {
