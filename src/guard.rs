@@ -12,8 +12,9 @@
 //! - **Drain.** Once the server drains, a new call is answered `UNAVAILABLE` (retry on
 //!   another replica) and [`Guard::drain`] resolves when the calls in flight have finished.
 //!
-//! Health stays outside all four, so a load balancer can probe an overloaded, locked-down or
-//! draining daemon (it answers `NOT_SERVING` then).
+//! Health stays outside auth, shedding and the drain, so a load balancer can probe an
+//! overloaded, locked-down or draining daemon (it answers `NOT_SERVING` then); its request
+//! must still arrive within the timeout.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -161,7 +162,9 @@ where
 
     fn call(&mut self, mut request: http::Request<B>) -> Self::Future {
         if request.uri().path().starts_with(HEALTH_PREFIX) {
-            return Box::pin(self.inner.call(request));
+            // No token, no shedding, no refusal while draining; but the request must arrive
+            // within the timeout, or a stream whose request is never finished is held for good.
+            return Box::pin(within(self.policy.timeout, self.inner.call(request)));
         }
         let refuse = |status: Status| -> Self::Future { Box::pin(async move { Ok(status.into_http()) }) };
         match self.policy.authorize(request.headers()) {
@@ -189,15 +192,24 @@ where
         let timeout = self.policy.timeout;
         Box::pin(async move {
             let _permit = permit;
-            match tokio::time::timeout(timeout, inner.call(request)).await {
-                Ok(response) => response,
-                Err(_) => Ok(Status::deadline_exceeded(format!(
-                    "{PAST_THE_REQUEST_TIMEOUT} of {}.",
-                    humantime::format_duration(timeout)
-                ))
-                .into_http()),
-            }
+            within(timeout, inner.call(request)).await
         })
+    }
+}
+
+/// `call`'s answer, or `DEADLINE_EXCEEDED` once it has taken `timeout` (for a streaming
+/// answer, until its headers: the stream itself may run longer).
+async fn within<R: Default, E>(
+    timeout: Duration,
+    call: impl Future<Output = Result<http::Response<R>, E>>,
+) -> Result<http::Response<R>, E> {
+    match tokio::time::timeout(timeout, call).await {
+        Ok(response) => response,
+        Err(_) => Ok(Status::deadline_exceeded(format!(
+            "{PAST_THE_REQUEST_TIMEOUT} of {}.",
+            humantime::format_duration(timeout)
+        ))
+        .into_http()),
     }
 }
 

@@ -77,6 +77,7 @@ pub async fn serve(config: &Config, messages: Vec<String>) -> toolrouter::Result
                 listener,
                 tokio::sync::watch::channel(false).1,
                 config.handshake_timeout,
+                None,
             ),
             toolrouter::cli::serve::shutdown_signal(),
         )

@@ -438,6 +438,22 @@ impl TestApp {
         self.dir.path()
     }
 
+    /// A TLS client configuration trusting the CA that signed the server's certificate.
+    pub fn tls_client(&self) -> tokio_rustls::TlsConnector {
+        use tokio_rustls::rustls::pki_types::CertificateDer;
+        use tokio_rustls::rustls::pki_types::pem::PemObject as _;
+        let ca = self.tls_ca.as_ref().expect("the app serves TLS");
+        let mut roots = tokio_rustls::rustls::RootCertStore::empty();
+        for cert in CertificateDer::pem_file_iter(ca).unwrap() {
+            roots.add(cert.unwrap()).unwrap();
+        }
+        let mut config = tokio_rustls::rustls::ClientConfig::builder()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        config.alpn_protocols = vec![b"h2".to_vec()];
+        tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
+    }
+
     pub fn db_path(&self) -> PathBuf {
         db_path(self.dir())
     }
@@ -730,7 +746,7 @@ fn init_tracing() {
 
 /// A CA and a certificate for `localhost` signed by it, written as PEM files:
 /// `(ca, cert, key)`.
-fn certificates(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
+pub fn certificates(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
     use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);

@@ -10,9 +10,9 @@ use tonic_health::pb::health_check_response::ServingStatus;
 use toolrouter::proto::{InvalidateSettingsRequest, ListGroupsRequest, Reason};
 
 use crate::helpers::{
-    Backend, Daemon, WriteLock, call_lines, conversation_hash, database_on, db_url, demo_registry, free_addr,
-    health, json_lines, load_request, loaded, manifest_dir, reasons, route_request, run, sample, scrape,
-    set_settings, set_settings_at, shown, temp_dir,
+    Backend, Daemon, WriteLock, call_lines, certificates, conversation_hash, database_on, db_url,
+    demo_registry, free_addr, health, json_lines, load_request, loaded, manifest_dir, reasons, route_request,
+    run, sample, scrape, set_settings, set_settings_at, shown, temp_dir,
 };
 
 crate::on_both_backends!(a_load_acknowledged_before_sigkill_is_there_after_a_restart);
@@ -288,7 +288,13 @@ async fn bad_database_urls_and_tls_files_are_bad_configuration_exit_2() {
     let garbage = dir.path().join("garbage.pem");
     std::fs::write(&garbage, "not a certificate").unwrap();
     let garbage = garbage.to_str().unwrap();
-    let cases: [(&[&str], &str); 5] = [
+    let (_, cert, key) = certificates(dir.path());
+    let (cert, key) = (cert.to_str().unwrap(), key.to_str().unwrap());
+    let other = dir.path().join("other");
+    std::fs::create_dir(&other).unwrap();
+    let (_, other_cert, _) = certificates(&other);
+    let other_cert = other_cert.to_str().unwrap();
+    let cases: [(&[&str], &str); 8] = [
         (
             &["--database", "mysql://x/y"],
             "neither sqlite://FILE nor postgres://",
@@ -315,8 +321,40 @@ async fn bad_database_urls_and_tls_files_are_bad_configuration_exit_2() {
                 "--tls-key",
                 garbage,
             ],
-            // With the transport's cause, not only "transport error".
-            "do not make a server identity: transport error: Error parsing TLS private key",
+            "garbage.pem holds no PEM certificate",
+        ),
+        (
+            &[
+                "--database",
+                "sqlite://never.db",
+                "--tls-cert",
+                cert,
+                "--tls-key",
+                garbage,
+            ],
+            "garbage.pem holds no PEM private key",
+        ),
+        (
+            &[
+                "--database",
+                "sqlite://never.db",
+                "--tls-cert",
+                key,
+                "--tls-key",
+                key,
+            ],
+            "key.pem holds no PEM certificate",
+        ),
+        (
+            &[
+                "--database",
+                "sqlite://never.db",
+                "--tls-cert",
+                other_cert,
+                "--tls-key",
+                key,
+            ],
+            "do not make a server identity: ",
         ),
     ];
     for (extra, want) in cases {

@@ -189,3 +189,153 @@ async fn a_call_past_the_request_timeout_is_deadline_exceeded_and_not_applied() 
     );
     app.stop().await;
 }
+
+/// Whether the daemon closes `socket` within `within` (it reads end of file or an error);
+/// whatever the daemon sends before that is read and dropped.
+async fn closed_within(socket: &mut (impl tokio::io::AsyncRead + Unpin), within: Duration) -> bool {
+    use tokio::io::AsyncReadExt as _;
+    let mut buf = [0u8; 4096];
+    tokio::time::timeout(within, async {
+        loop {
+            match socket.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    })
+    .await
+    .is_ok()
+}
+
+/// The client's HTTP/2 connection preface.
+const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+#[tokio::test]
+async fn a_connection_that_stalls_in_its_handshake_is_closed_at_the_handshake_timeout() {
+    use tokio::io::AsyncWriteExt as _;
+    let timeout = Duration::from_millis(500);
+    let plain = TestApp::builder()
+        .config(|c| c.handshake_timeout = timeout)
+        .spawn()
+        .await;
+    let tls = TestApp::builder()
+        .config(|c| c.handshake_timeout = timeout)
+        .tls()
+        .spawn()
+        .await;
+    // (case, bytes sent before stalling, over TLS)
+    let cases: [(&str, &[u8], bool); 5] = [
+        ("silent", b"", false),
+        ("one byte", b"P", false),
+        ("most of the preface", &PREFACE[..20], false),
+        ("half a TLS record header", b"\x16\x03", true),
+        ("TLS done, no preface", b"", true),
+    ];
+    for (case, sent, over_tls) in cases {
+        let app = if over_tls { &tls } else { &plain };
+        let mut tcp = tokio::net::TcpStream::connect(app.addr).await.unwrap();
+        let closed = if over_tls && sent.is_empty() {
+            let name = tokio_rustls::rustls::pki_types::ServerName::try_from("localhost").unwrap();
+            let mut stream = app.tls_client().connect(name, tcp).await.unwrap();
+            closed_within(&mut stream, Duration::from_secs(5)).await
+        } else {
+            tcp.write_all(sent).await.unwrap();
+            closed_within(&mut tcp, Duration::from_secs(5)).await
+        };
+        assert!(
+            closed,
+            "{case}: still open 5 s after a handshake timeout of {timeout:?}"
+        );
+    }
+    // A connection past its preface stays open while idle (HTTP/2 keepalive watches it).
+    let mut tcp = tokio::net::TcpStream::connect(plain.addr).await.unwrap();
+    tcp.write_all(PREFACE).await.unwrap();
+    tcp.write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0]).await.unwrap(); // empty SETTINGS
+    assert!(
+        !closed_within(&mut tcp, timeout * 4).await,
+        "a connection that spoke HTTP/2 was closed while idle"
+    );
+    plain.stop().await;
+    tls.stop().await;
+}
+
+/// An HTTP/2 connection to `app` made with `h2`, driven in the background.
+async fn h2_connection(app: &TestApp) -> h2::client::SendRequest<bytes::Bytes> {
+    let tcp = tokio::net::TcpStream::connect(app.addr).await.unwrap();
+    let (send, connection) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(connection);
+    send.ready().await.unwrap()
+}
+
+/// Starts a health call (`Check` or `Watch`) on `send` with `body` as the whole request or,
+/// unless `end`, its beginning.
+fn health_call(
+    send: &mut h2::client::SendRequest<bytes::Bytes>,
+    app: &TestApp,
+    method: &str,
+    body: &'static [u8],
+    end: bool,
+) -> (h2::client::ResponseFuture, h2::SendStream<bytes::Bytes>) {
+    let request = http::Request::post(format!("http://{}/grpc.health.v1.Health/{method}", app.addr))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(())
+        .unwrap();
+    let (answer, mut stream) = send.send_request(request, false).unwrap();
+    stream.send_data(bytes::Bytes::from_static(body), end).unwrap();
+    (answer, stream)
+}
+
+#[tokio::test]
+async fn a_connection_may_open_a_bounded_number_of_streams() {
+    // (limit on concurrent calls, streams per connection)
+    let cases = [(1, 1024 + 64), (1024, 1024 + 64), (5000, 5000 + 64)];
+    for (max_concurrent_requests, streams) in cases {
+        let app = TestApp::builder()
+            .config(|c| c.max_concurrent_requests = max_concurrent_requests)
+            .spawn()
+            .await;
+        let mut send = h2_connection(&app).await;
+        // The server's SETTINGS arrive with its first answer.
+        let (answer, _) = health_call(&mut send, &app, "Check", &[0, 0, 0, 0, 0], true);
+        let answer = answer.await.unwrap();
+        assert_eq!(answer.status(), 200);
+        assert_eq!(
+            send.current_max_send_streams(),
+            streams,
+            "max_concurrent_requests {max_concurrent_requests}"
+        );
+        app.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn a_health_call_whose_request_never_ends_is_answered_at_the_request_timeout() {
+    let app = TestApp::builder()
+        .config(|c| c.request_timeout = Duration::from_millis(300))
+        .spawn()
+        .await;
+    let mut send = h2_connection(&app).await;
+    for method in ["Check", "Watch"] {
+        // Headers, then half a message, and nothing more.
+        let (answer, body) = health_call(&mut send, &app, method, &[0, 0, 0, 0, 9, 1], false);
+        let answer = tokio::time::timeout(Duration::from_secs(5), answer)
+            .await
+            .unwrap_or_else(|_| panic!("{method}: no answer 5 s after a request timeout of 300 ms"))
+            .unwrap();
+        assert_eq!(
+            answer.headers().get("grpc-status").map(|v| v.as_bytes()),
+            Some(&b"4"[..]),
+            "{method}: {answer:?}"
+        );
+        drop(body);
+    }
+    // A whole health call still answers.
+    assert_eq!(
+        health(app.connection().channel().await.unwrap(), "")
+            .await
+            .unwrap(),
+        ServingStatus::Serving
+    );
+    app.stop().await;
+}

@@ -3,37 +3,40 @@
 //! configured. The caller owns the listener (tests bind `127.0.0.1:0`) and the shutdown
 //! trigger.
 //!
-//! **Connections.** The accept loop backs off (and logs once per streak) while the process is
-//! out of file descriptors instead of spinning; a connection that sends nothing within the
-//! handshake timeout is closed; HTTP/2 and TCP keepalives find dead peers.
+//! **Connections** ([`connection`]). The accept loop backs off (and logs once per streak)
+//! while the process is out of file descriptors instead of spinning; a connection that has
+//! not finished its handshake (TLS, and the HTTP/2 preface) within the handshake timeout is
+//! closed; each may open a bounded number of streams; HTTP/2 and TCP keepalives find dead
+//! peers.
 //!
 //! **Drain.** On shutdown health turns `NOT_SERVING` and the listener closes at once;
-//! connections that never sent anything are closed; calls in flight get the drain timeout to
+//! connections still in their handshake are closed; calls in flight get the drain timeout to
 //! finish, while health calls on open connections still answer (`NOT_SERVING`) and other new
 //! calls are refused `UNAVAILABLE`. When the last call has finished every connection is
 //! closed and the server returns.
 
 use std::future::Future;
 use std::pin::Pin;
-use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tokio::time::Sleep;
-use tonic::transport::server::{Connected, TcpConnectInfo};
-use tonic::transport::{Identity, Server, ServerTlsConfig};
+use tokio_rustls::TlsAcceptor;
+use tonic::transport::Server;
 
 use crate::codec::TRANSPORT_LIMIT_BYTES;
 use crate::config::Config;
-use crate::error::{Error, Result};
+use crate::error::Error;
 use crate::guard::Guard;
-use crate::telemetry::{ACCEPT_BACKOFF, out_of_resources};
 
 use crate::service::{Limits, ToolRouterService};
 use crate::state::State;
 use crate::wire::tool_router_server::ToolRouterServer;
+
+mod connection;
+
+pub(crate) use connection::raise_open_files_limit;
+pub use connection::{Conn, Incoming, bind, incoming, tls};
 
 /// Bytes allowed in a request beyond the message limit, for the other fields and framing.
 const REQUEST_OVERHEAD_BYTES: usize = 4096;
@@ -54,30 +57,23 @@ fn upkeep_period(conversation_ttl: Duration) -> Duration {
         .max(Duration::from_millis(100))
 }
 
+/// Streams one connection may have open beyond the calls the daemon admits at once, for
+/// health checks.
+const HEALTH_STREAMS: u32 = 64;
+
+/// The streams one connection may have open at once (HTTP/2 `MAX_CONCURRENT_STREAMS`): the
+/// calls the daemon admits at once, 1,024 at least so that calls past a small limit are shed
+/// (`RESOURCE_EXHAUSTED`) rather than queued by the client, and some for health checks.
+/// Without a cap one connection could open any number of streams the guard never counts.
+fn streams_per_connection(max_concurrent_requests: usize) -> u32 {
+    u32::try_from(max_concurrent_requests.max(1024))
+        .unwrap_or(u32::MAX)
+        .saturating_add(HEALTH_STREAMS)
+}
+
 /// HTTP/2 PING interval on an open connection, and how long the answer may take before the
 /// connection is closed as dead.
 const HTTP2_KEEPALIVE: (Duration, Duration) = (Duration::from_secs(30), Duration::from_secs(10));
-
-/// Idle time before the kernel probes a connection's peer (TCP keepalive).
-const TCP_KEEPALIVE: Duration = Duration::from_secs(60);
-
-/// Binds `addr` with `backlog` connections queued by the kernel before they are accepted
-/// (Linux caps it at `net.core.somaxconn`).
-///
-/// # Errors
-/// The address cannot be bound.
-pub fn bind(addr: std::net::SocketAddr, backlog: u32) -> std::io::Result<TcpListener> {
-    let socket = if addr.is_ipv4() {
-        tokio::net::TcpSocket::new_v4()?
-    } else {
-        tokio::net::TcpSocket::new_v6()?
-    };
-    // As std and tokio do: a restarted daemon can bind while old connections are in TIME_WAIT.
-    #[cfg(unix)]
-    socket.set_reuseaddr(true)?;
-    socket.bind(addr)?;
-    socket.listen(backlog)
-}
 
 /// Keeps the memory of freed answer buffers in the allocator for the next call. An answer is
 /// encoded into a buffer as large as it is (about 400 KB for a large registry's fallback);
@@ -92,231 +88,6 @@ pub fn keep_freed_buffers() {
     unsafe {
         libc::mallopt(libc::M_MMAP_THRESHOLD, 4 << 20);
         libc::mallopt(libc::M_TRIM_THRESHOLD, 32 << 20);
-    }
-}
-
-/// Raises the soft open-files limit to the hard limit: every connection is a file
-/// descriptor, and the common soft default (1,024) is far below what the daemon can serve.
-/// Returns the limit in force afterwards.
-#[cfg(unix)]
-pub(crate) fn raise_open_files_limit() -> std::io::Result<libc::rlim_t> {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes one rlimit through a valid pointer to a local.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &raw mut limit) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    if limit.rlim_cur < limit.rlim_max {
-        let raised = libc::rlimit {
-            rlim_cur: limit.rlim_max,
-            rlim_max: limit.rlim_max,
-        };
-        // SAFETY: setrlimit reads one rlimit through a valid pointer to a local.
-        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raw const raised) } != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        limit = raised;
-    }
-    Ok(limit.rlim_cur)
-}
-
-/// The accepted connections: a stream for tonic that closes the listener when the drain
-/// starts, and pauses (logging once per streak) while accepting fails for lack of resources.
-pub struct Incoming {
-    listener: Option<TcpListener>,
-    draining: Pin<Box<dyn Future<Output = ()> + Send>>,
-    drain: watch::Receiver<bool>,
-    handshake_timeout: Duration,
-    backoff: Option<Pin<Box<Sleep>>>,
-    delay: Duration,
-    failing: bool,
-}
-
-/// Resolves once `drain` turns true (never, if its sender is dropped without that).
-fn drained(mut drain: watch::Receiver<bool>) -> Pin<Box<dyn Future<Output = ()> + Send>> {
-    Box::pin(async move {
-        if drain.wait_for(|d| *d).await.is_err() {
-            std::future::pending::<()>().await;
-        }
-    })
-}
-
-/// The connections `listener` accepts until `drain` turns true; each must send its first
-/// bytes within `handshake_timeout`.
-pub fn incoming(
-    listener: TcpListener,
-    drain: watch::Receiver<bool>,
-    handshake_timeout: Duration,
-) -> Incoming {
-    Incoming {
-        listener: Some(listener),
-        draining: drained(drain.clone()),
-        drain,
-        handshake_timeout,
-        backoff: None,
-        delay: ACCEPT_BACKOFF.0,
-        failing: false,
-    }
-}
-
-impl tokio_stream::Stream for Incoming {
-    type Item = std::io::Result<Conn>;
-
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let this = &mut *self;
-        loop {
-            if this.listener.is_none() {
-                // Drained: no more connections, and the server ends on its own signal.
-                return Poll::Pending;
-            }
-            if this.draining.as_mut().poll(cx).is_ready() {
-                this.listener = None;
-                tracing::info!("listener closed: draining");
-                return Poll::Pending;
-            }
-            if let Some(sleep) = &mut this.backoff {
-                ready!(sleep.as_mut().poll(cx));
-                this.backoff = None;
-            }
-            let Some(listener) = &this.listener else {
-                return Poll::Pending;
-            };
-            match ready!(listener.poll_accept(cx)) {
-                Ok((stream, _peer)) => {
-                    if this.failing {
-                        tracing::info!("accepting connections again");
-                        this.failing = false;
-                        this.delay = ACCEPT_BACKOFF.0;
-                    }
-                    return Poll::Ready(Some(Ok(Conn::new(stream, this))));
-                }
-                Err(e) if out_of_resources(&e) => {
-                    if !this.failing {
-                        this.failing = true;
-                        tracing::error!(
-                            error = %e,
-                            "cannot accept connections: out of file descriptors; pausing the accept loop \
-                             (raise the open-files limit, or lower the number of idle connections)"
-                        );
-                    }
-                    this.backoff = Some(Box::pin(tokio::time::sleep(this.delay)));
-                    this.delay = (this.delay * 2).min(ACCEPT_BACKOFF.1);
-                }
-                // A connection reset before it was accepted, and the like: only that one is lost.
-                Err(e) => tracing::debug!(error = %e, "accept failed"),
-            }
-        }
-    }
-}
-
-/// An accepted connection: until its first bytes arrive it is closed at the handshake
-/// timeout or when the drain starts, so a socket that never speaks cannot hold a file
-/// descriptor or the shutdown.
-pub struct Conn {
-    stream: TcpStream,
-    silent: Option<Silent>,
-}
-
-struct Silent {
-    deadline: Pin<Box<Sleep>>,
-    draining: Pin<Box<dyn Future<Output = ()> + Send>>,
-}
-
-impl Conn {
-    fn new(stream: TcpStream, incoming: &Incoming) -> Conn {
-        // Answers are single small writes, and waiting to coalesce them costs a delayed-ACK
-        // round (tens of milliseconds) per call.
-        if let Err(e) = stream.set_nodelay(true) {
-            tracing::warn!(error = %e, "cannot set TCP_NODELAY");
-        }
-        let keepalive = socket2::TcpKeepalive::new().with_time(TCP_KEEPALIVE);
-        if let Err(e) = socket2::SockRef::from(&stream).set_tcp_keepalive(&keepalive) {
-            tracing::warn!(error = %e, "cannot set TCP keepalive");
-        }
-        Conn {
-            stream,
-            silent: Some(Silent {
-                deadline: Box::pin(tokio::time::sleep(incoming.handshake_timeout)),
-                draining: drained(incoming.drain.clone()),
-            }),
-        }
-    }
-}
-
-impl Connected for Conn {
-    type ConnectInfo = TcpConnectInfo;
-
-    fn connect_info(&self) -> TcpConnectInfo {
-        self.stream.connect_info()
-    }
-}
-
-impl AsyncRead for Conn {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        let this = &mut *self;
-        let before = buf.filled().len();
-        let read = Pin::new(&mut this.stream).poll_read(cx, buf);
-        let Some(silent) = &mut this.silent else {
-            return read;
-        };
-        match read {
-            Poll::Ready(Ok(())) if buf.filled().len() > before => {
-                this.silent = None;
-                Poll::Ready(Ok(()))
-            }
-            Poll::Ready(other) => Poll::Ready(other),
-            Poll::Pending => {
-                if silent.deadline.as_mut().poll(cx).is_ready() {
-                    return Poll::Ready(Err(std::io::Error::new(
-                        std::io::ErrorKind::TimedOut,
-                        "the connection sent nothing within the handshake timeout",
-                    )));
-                }
-                if silent.draining.as_mut().poll(cx).is_ready() {
-                    return Poll::Ready(Err(std::io::Error::new(
-                        std::io::ErrorKind::ConnectionAborted,
-                        "the connection sent nothing before the drain",
-                    )));
-                }
-                Poll::Pending
-            }
-        }
-    }
-}
-
-impl AsyncWrite for Conn {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.stream).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.stream.is_write_vectored()
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.stream).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.stream).poll_shutdown(cx)
     }
 }
 
@@ -396,35 +167,6 @@ impl tonic_health::pb::health_server::Health for DrainingHealth {
     }
 }
 
-/// The TLS configuration for `config`, if it names a certificate and key, checked to make a
-/// server identity.
-///
-/// # Errors
-/// `Config` naming a file that cannot be read, or saying the pair makes no identity.
-pub fn tls(config: &Config) -> Result<Option<ServerTlsConfig>> {
-    let (Some(cert), Some(key)) = (&config.tls_cert, &config.tls_key) else {
-        return Ok(None);
-    };
-    let read = |p: &std::path::Path| {
-        std::fs::read(p).map_err(|e| Error::Config(format!("cannot read TLS file {}: {e}", p.display())))
-    };
-    let tls = ServerTlsConfig::new().identity(Identity::from_pem(read(cert)?, read(key)?));
-    Server::builder().tls_config(tls.clone()).map_err(|e| {
-        // The transport's error says only "transport error"; its causes say what is wrong.
-        let mut why = e.to_string();
-        let mut cause = std::error::Error::source(&e);
-        while let Some(c) = cause {
-            why.push_str(": ");
-            why.push_str(&c.to_string());
-            cause = c.source();
-        }
-        Error::Config(format!(
-            "--tls-cert and --tls-key do not make a server identity: {why}"
-        ))
-    })?;
-    Ok(Some(tls))
-}
-
 /// Serves until `shutdown` resolves, then drains in-flight calls (for at most the drain
 /// timeout) and closes the database. `tls` is [`tls`]'s answer for `config`, read and
 /// checked once by the caller before anything starts.
@@ -436,7 +178,7 @@ pub async fn serve(
     listener: TcpListener,
     state: State,
     config: &Config,
-    tls: Option<ServerTlsConfig>,
+    tls: Option<TlsAcceptor>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let (drain_tx, drain_rx) = watch::channel(false);
@@ -486,12 +228,10 @@ pub async fn serve(
         ToolRouterServer::new(ToolRouterService::new(state.clone(), limits))
             .max_decoding_message_size(decode_limit)
     );
-    let mut builder = Server::builder()
+    let builder = Server::builder()
+        .max_concurrent_streams(streams_per_connection(config.max_concurrent_requests))
         .http2_keepalive_interval(Some(HTTP2_KEEPALIVE.0))
         .http2_keepalive_timeout(Some(HTTP2_KEEPALIVE.1));
-    if let Some(tls) = tls {
-        builder = builder.tls_config(tls)?;
-    }
     let bound: Vec<(&str, &str)> = config
         .tokens
         .iter()
@@ -584,7 +324,10 @@ pub async fn serve(
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(service)
-        .serve_with_incoming_shutdown(incoming(listener, drain_rx, config.handshake_timeout), shutdown);
+        .serve_with_incoming_shutdown(
+            incoming(listener, drain_rx, config.handshake_timeout, tls),
+            shutdown,
+        );
     let (result, cut) = tokio::select! {
         result = server => (result.map_err(Into::into), false),
         () = drain_expired => {

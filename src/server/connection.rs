@@ -1,0 +1,401 @@
+//! Connections: the listener (`bind`, the open-files limit), the accept loop that pauses
+//! while the process is out of file descriptors, and each accepted connection until it has
+//! spoken HTTP/2.
+//!
+//! **Handshake deadline.** A connection must finish its handshake (TLS, when served, and the
+//! 24-byte HTTP/2 preface) within the handshake timeout, or before the drain starts, or it is
+//! closed: a socket that never speaks, sends one byte, or finishes TLS and stops cannot hold
+//! a file descriptor or the shutdown. Past the preface, HTTP/2 keepalive finds dead peers.
+//! The TLS handshake is driven here rather than by the transport, so that one deadline covers
+//! both steps and sees the preface inside the encrypted stream.
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tokio::time::Sleep;
+use tokio_rustls::TlsAcceptor;
+use tokio_rustls::rustls;
+use tokio_rustls::rustls::pki_types::pem::PemObject as _;
+use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use tonic::transport::server::{Connected, TcpConnectInfo};
+
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::telemetry::{ACCEPT_BACKOFF, out_of_resources};
+
+/// Idle time before the kernel probes a connection's peer (TCP keepalive).
+const TCP_KEEPALIVE: Duration = Duration::from_secs(60);
+
+/// The client's connection preface (RFC 9113 §3.4): `PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n`.
+const HTTP2_PREFACE_BYTES: usize = 24;
+
+/// Binds `addr` with `backlog` connections queued by the kernel before they are accepted
+/// (Linux caps it at `net.core.somaxconn`).
+///
+/// # Errors
+/// The address cannot be bound.
+pub fn bind(addr: std::net::SocketAddr, backlog: u32) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    // As std and tokio do: a restarted daemon can bind while old connections are in TIME_WAIT.
+    #[cfg(unix)]
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(backlog)
+}
+
+/// Raises the soft open-files limit to the hard limit: every connection is a file
+/// descriptor, and the common soft default (1,024) is far below what the daemon can serve.
+/// Returns the limit in force afterwards.
+#[cfg(unix)]
+pub(crate) fn raise_open_files_limit() -> std::io::Result<libc::rlim_t> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit through a valid pointer to a local.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &raw mut limit) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    if limit.rlim_cur < limit.rlim_max {
+        let raised = libc::rlimit {
+            rlim_cur: limit.rlim_max,
+            rlim_max: limit.rlim_max,
+        };
+        // SAFETY: setrlimit reads one rlimit through a valid pointer to a local.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raw const raised) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        limit = raised;
+    }
+    Ok(limit.rlim_cur)
+}
+
+/// The TLS acceptor for `config`, if it names a certificate and key, checked to make a
+/// server identity (ALPN `h2`).
+///
+/// # Errors
+/// `Config` naming a file that cannot be read, or saying why the pair makes no identity.
+pub fn tls(config: &Config) -> Result<Option<TlsAcceptor>> {
+    let (Some(cert), Some(key)) = (&config.tls_cert, &config.tls_key) else {
+        return Ok(None);
+    };
+    let read = |p: &std::path::Path| {
+        std::fs::read(p).map_err(|e| Error::Config(format!("cannot read TLS file {}: {e}", p.display())))
+    };
+    let no_identity = |why: String| {
+        Error::Config(format!(
+            "--tls-cert and --tls-key do not make a server identity: {why}"
+        ))
+    };
+    let chain = CertificateDer::pem_slice_iter(&read(cert)?)
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(|e| no_identity(format!("{}: {e}", cert.display())))?;
+    if chain.is_empty() {
+        return Err(no_identity(format!(
+            "{} holds no PEM certificate",
+            cert.display()
+        )));
+    }
+    let private = PrivateKeyDer::from_pem_slice(&read(key)?).map_err(|e| {
+        no_identity(format!(
+            "{} holds no PEM private key (PKCS #8, PKCS #1 or SEC1): {e}",
+            key.display()
+        ))
+    })?;
+    let mut server = rustls::ServerConfig::builder()
+        .with_no_client_auth()
+        .with_single_cert(chain, private)
+        .map_err(|e| no_identity(e.to_string()))?;
+    server.alpn_protocols = vec![b"h2".to_vec()];
+    Ok(Some(TlsAcceptor::from(Arc::new(server))))
+}
+
+/// The accepted connections: a stream for tonic that closes the listener when the drain
+/// starts, and pauses (logging once per streak) while accepting fails for lack of resources.
+pub struct Incoming {
+    listener: Option<TcpListener>,
+    draining: Pin<Box<dyn Future<Output = ()> + Send>>,
+    drain: watch::Receiver<bool>,
+    handshake_timeout: Duration,
+    tls: Option<TlsAcceptor>,
+    backoff: Option<Pin<Box<Sleep>>>,
+    delay: Duration,
+    failing: bool,
+}
+
+/// Resolves once `drain` turns true (never, if its sender is dropped without that).
+fn drained(mut drain: watch::Receiver<bool>) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+    Box::pin(async move {
+        if drain.wait_for(|d| *d).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    })
+}
+
+/// The connections `listener` accepts until `drain` turns true, over TLS when `tls` is
+/// given; each must finish its handshake within `handshake_timeout`.
+pub fn incoming(
+    listener: TcpListener,
+    drain: watch::Receiver<bool>,
+    handshake_timeout: Duration,
+    tls: Option<TlsAcceptor>,
+) -> Incoming {
+    Incoming {
+        listener: Some(listener),
+        draining: drained(drain.clone()),
+        drain,
+        handshake_timeout,
+        tls,
+        backoff: None,
+        delay: ACCEPT_BACKOFF.0,
+        failing: false,
+    }
+}
+
+impl tokio_stream::Stream for Incoming {
+    type Item = io::Result<Conn>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = &mut *self;
+        loop {
+            if this.listener.is_none() {
+                // Drained: no more connections, and the server ends on its own signal.
+                return Poll::Pending;
+            }
+            if this.draining.as_mut().poll(cx).is_ready() {
+                this.listener = None;
+                tracing::info!("listener closed: draining");
+                return Poll::Pending;
+            }
+            if let Some(sleep) = &mut this.backoff {
+                ready!(sleep.as_mut().poll(cx));
+                this.backoff = None;
+            }
+            let Some(listener) = &this.listener else {
+                return Poll::Pending;
+            };
+            match ready!(listener.poll_accept(cx)) {
+                Ok((stream, _peer)) => {
+                    if this.failing {
+                        tracing::info!("accepting connections again");
+                        this.failing = false;
+                        this.delay = ACCEPT_BACKOFF.0;
+                    }
+                    return Poll::Ready(Some(Ok(Conn::new(stream, this))));
+                }
+                Err(e) if out_of_resources(&e) => {
+                    if !this.failing {
+                        this.failing = true;
+                        tracing::error!(
+                            error = %e,
+                            "cannot accept connections: out of file descriptors; pausing the accept loop \
+                             (raise the open-files limit, or lower the number of idle connections)"
+                        );
+                    }
+                    this.backoff = Some(Box::pin(tokio::time::sleep(this.delay)));
+                    this.delay = (this.delay * 2).min(ACCEPT_BACKOFF.1);
+                }
+                // A connection reset before it was accepted, and the like: only that one is lost.
+                Err(e) => tracing::debug!(error = %e, "accept failed"),
+            }
+        }
+    }
+}
+
+/// What a connection carries: TCP, or TLS over it once the handshake (driven by the
+/// connection's first reads and writes) is done.
+enum Link {
+    Plain(TcpStream),
+    Accepting(Box<tokio_rustls::Accept<TcpStream>>),
+    Tls(Box<tokio_rustls::server::TlsStream<TcpStream>>),
+    Failed,
+}
+
+/// A byte stream both ways.
+trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
+
+impl Link {
+    /// The stream to read and write, once the TLS handshake (if any) is done.
+    fn ready(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<&mut dyn Io>> {
+        if let Link::Accepting(accept) = self {
+            match ready!(Pin::new(&mut **accept).poll(cx)) {
+                Ok(tls) => *self = Link::Tls(Box::new(tls)),
+                Err(e) => {
+                    *self = Link::Failed;
+                    return Poll::Ready(Err(e));
+                }
+            }
+        }
+        Poll::Ready(match self {
+            Link::Plain(tcp) => Ok(tcp),
+            Link::Tls(tls) => Ok(&mut **tls),
+            Link::Accepting(_) | Link::Failed => Err(io::Error::new(
+                io::ErrorKind::NotConnected,
+                "the TLS handshake failed",
+            )),
+        })
+    }
+}
+
+/// An accepted connection: until its handshake is done it is closed at the handshake
+/// deadline or when the drain starts, so a socket that stalls cannot hold a file descriptor
+/// or the shutdown.
+pub struct Conn {
+    link: Link,
+    info: TcpConnectInfo,
+    handshake: Option<Handshake>,
+}
+
+/// A connection's handshake still under way.
+struct Handshake {
+    deadline: Pin<Box<Sleep>>,
+    draining: Pin<Box<dyn Future<Output = ()> + Send>>,
+    /// Bytes of the HTTP/2 preface not read yet.
+    preface_left: usize,
+}
+
+impl Handshake {
+    /// Why the connection is closed now, if its time is up.
+    fn expired(&mut self, cx: &mut Context<'_>) -> Option<io::Error> {
+        if self.deadline.as_mut().poll(cx).is_ready() {
+            return Some(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the connection did not finish its handshake within the handshake timeout",
+            ));
+        }
+        if self.draining.as_mut().poll(cx).is_ready() {
+            return Some(io::Error::new(
+                io::ErrorKind::ConnectionAborted,
+                "the connection had not finished its handshake when the drain started",
+            ));
+        }
+        None
+    }
+}
+
+impl Conn {
+    fn new(stream: TcpStream, incoming: &Incoming) -> Conn {
+        // Answers are single small writes, and waiting to coalesce them costs a delayed-ACK
+        // round (tens of milliseconds) per call.
+        if let Err(e) = stream.set_nodelay(true) {
+            tracing::warn!(error = %e, "cannot set TCP_NODELAY");
+        }
+        let keepalive = socket2::TcpKeepalive::new().with_time(TCP_KEEPALIVE);
+        if let Err(e) = socket2::SockRef::from(&stream).set_tcp_keepalive(&keepalive) {
+            tracing::warn!(error = %e, "cannot set TCP keepalive");
+        }
+        let info = TcpConnectInfo {
+            local_addr: stream.local_addr().ok(),
+            remote_addr: stream.peer_addr().ok(),
+        };
+        let link = match &incoming.tls {
+            Some(acceptor) => Link::Accepting(Box::new(acceptor.accept(stream))),
+            None => Link::Plain(stream),
+        };
+        Conn {
+            link,
+            info,
+            handshake: Some(Handshake {
+                deadline: Box::pin(tokio::time::sleep(incoming.handshake_timeout)),
+                draining: drained(incoming.drain.clone()),
+                preface_left: HTTP2_PREFACE_BYTES,
+            }),
+        }
+    }
+
+    /// Runs `op` on the stream once it is ready; while the handshake is under way, a call
+    /// that would wait fails instead once the handshake's time is up.
+    fn poll_io<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        op: impl FnOnce(Pin<&mut dyn Io>, &mut Context<'_>) -> Poll<io::Result<T>>,
+    ) -> Poll<io::Result<T>> {
+        let polled = match self.link.ready(cx) {
+            Poll::Ready(Ok(io)) => op(Pin::new(io), cx),
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => Poll::Pending,
+        };
+        if polled.is_pending()
+            && let Some(handshake) = &mut self.handshake
+            && let Some(e) = handshake.expired(cx)
+        {
+            return Poll::Ready(Err(e));
+        }
+        polled
+    }
+}
+
+impl Connected for Conn {
+    type ConnectInfo = TcpConnectInfo;
+
+    fn connect_info(&self) -> TcpConnectInfo {
+        self.info.clone()
+    }
+}
+
+impl AsyncRead for Conn {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = &mut *self;
+        let before = buf.filled().len();
+        let read = this.poll_io(cx, |io, cx| io.poll_read(cx, buf));
+        if let (Poll::Ready(Ok(())), Some(handshake)) = (&read, &mut this.handshake) {
+            let got = buf.filled().len() - before;
+            handshake.preface_left = handshake.preface_left.saturating_sub(got);
+            if handshake.preface_left == 0 {
+                this.handshake = None;
+            }
+        }
+        read
+    }
+}
+
+impl AsyncWrite for Conn {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        self.poll_io(cx, |io, cx| io.poll_write(cx, buf))
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        self.poll_io(cx, |io, cx| io.poll_write_vectored(cx, bufs))
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match &self.link {
+            Link::Plain(tcp) => tcp.is_write_vectored(),
+            Link::Tls(tls) => tls.is_write_vectored(),
+            Link::Accepting(_) | Link::Failed => false,
+        }
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.poll_io(cx, |io, cx| io.poll_flush(cx))
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match &mut self.link {
+            Link::Plain(tcp) => Pin::new(tcp).poll_shutdown(cx),
+            Link::Tls(tls) => Pin::new(&mut **tls).poll_shutdown(cx),
+            // Nothing was said over TLS: the socket closes when the connection is dropped.
+            Link::Accepting(_) | Link::Failed => Poll::Ready(Ok(())),
+        }
+    }
+}
