@@ -477,6 +477,15 @@ impl Config {
         };
         let text = std::fs::read_to_string(path)
             .map_err(|e| Error::Config(format!("cannot read config file {}: {e}", path.display())))?;
+        // A token that is not a string would be echoed by the type error below.
+        if let Ok(table) = toml::from_str::<toml::Table>(&text)
+            && table.get("auth_token").is_some_and(|t| !t.is_str())
+        {
+            return Err(Error::Config(format!(
+                "config file {}: auth_token must be a string in quotes (its value is not shown)",
+                path.display()
+            )));
+        }
         toml::from_str(&text).map_err(|e| {
             // Where in the file, as line:column, so a wrong value's key is found at once.
             let at = e.span().map_or_else(String::new, |span| {
@@ -769,6 +778,20 @@ max_tools = 40
             };
             let e = unsendable.validate().unwrap_err().to_string();
             assert!(e.contains("no client can send") && !e.contains(token), "{e}");
+        }
+    }
+
+    #[test]
+    fn an_auth_token_that_is_not_a_string_is_refused_without_showing_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        for value in ["90817263", "90817263.5", "[\"90817263\"]", "{ t = \"90817263\" }"] {
+            std::fs::write(&path, format!("auth_token = {value}\n")).unwrap();
+            let e = Config::load(Some(&path)).unwrap_err().to_string();
+            assert!(
+                e.contains("auth_token must be a string") && !e.contains("90817263"),
+                "{value}: {e}"
+            );
         }
     }
 
