@@ -107,6 +107,13 @@ pub fn tls(config: &Config) -> Result<Option<TlsAcceptor>> {
             cert.display()
         )));
     }
+    if let Some(problem) = validity_problem(&chain[0], std::time::SystemTime::now()) {
+        tracing::warn!(
+            cert = %cert.display(),
+            "the TLS certificate {problem}: clients will refuse to connect until it is replaced \
+             and the daemon restarted"
+        );
+    }
     let private = PrivateKeyDer::from_pem_slice(&read(key)?).map_err(|e| {
         no_identity(format!(
             "{} holds no PEM private key (PKCS #8, PKCS #1 or SEC1): {e}",
@@ -119,6 +126,25 @@ pub fn tls(config: &Config) -> Result<Option<TlsAcceptor>> {
         .map_err(|e| no_identity(e.to_string()))?;
     server.alpn_protocols = vec![b"h2".to_vec()];
     Ok(Some(TlsAcceptor::from(Arc::new(server))))
+}
+
+/// What is wrong with a certificate's validity period at `now`, if anything: "expired at
+/// ..." or "is not valid until ...". A certificate that cannot be parsed here is left to
+/// the TLS library, which refuses it by itself.
+fn validity_problem(cert: &CertificateDer<'_>, now: std::time::SystemTime) -> Option<String> {
+    let (_, parsed) = x509_parser::parse_x509_certificate(cert).ok()?;
+    let validity = parsed.validity();
+    let now = match now.duration_since(std::time::UNIX_EPOCH) {
+        Ok(since) => i64::try_from(since.as_secs()).unwrap_or(i64::MAX),
+        Err(before) => -i64::try_from(before.duration().as_secs()).unwrap_or(i64::MAX),
+    };
+    if validity.not_after.timestamp() < now {
+        Some(format!("expired at {}", validity.not_after))
+    } else if validity.not_before.timestamp() > now {
+        Some(format!("is not valid until {}", validity.not_before))
+    } else {
+        None
+    }
 }
 
 /// The accepted connections: a stream for tonic that closes the listener when the drain
@@ -397,5 +423,38 @@ impl AsyncWrite for Conn {
             // Nothing was said over TLS: the socket closes when the connection is dropped.
             Link::Accepting(_) | Link::Failed => Poll::Ready(Ok(())),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, UNIX_EPOCH};
+
+    #[test]
+    fn a_certificate_outside_its_validity_period_is_named_with_its_date() {
+        let mut params = rcgen::CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+        params.not_before = rcgen::date_time_ymd(2020, 1, 1);
+        params.not_after = rcgen::date_time_ymd(2021, 1, 1);
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = params.self_signed(&key).unwrap();
+        let der = CertificateDer::from(cert.der().to_vec());
+        let at = |ymd: u64| UNIX_EPOCH + Duration::from_secs(ymd);
+        // (now, seconds since the epoch, the problem named)
+        let cases = [
+            (
+                1_546_300_800,
+                Some("is not valid until Jan  1 00:00:00 2020 +00:00"),
+            ), // 2019-01-01
+            (1_593_561_600, None),                                           // 2020-07-01
+            (1_640_995_200, Some("expired at Jan  1 00:00:00 2021 +00:00")), // 2022-01-01
+        ];
+        for (now, want) in cases {
+            assert_eq!(validity_problem(&der, at(now)).as_deref(), want, "at {now}");
+        }
+        assert_eq!(
+            validity_problem(&CertificateDer::from(vec![1, 2, 3]), at(0)),
+            None
+        );
     }
 }
