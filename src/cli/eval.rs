@@ -92,7 +92,15 @@ pub(super) fn eval(args: &EvalArgs) -> Result<(), Failure> {
         let mut rows: Vec<Vec<String>> = report
             .splits
             .iter()
-            .map(|(n, f)| row(if n.is_empty() { "(no split)" } else { n }, f))
+            .map(|(n, f)| {
+                // A split named like a row of the table's own is shown quoted.
+                let shown = match n.as_str() {
+                    "" => "(no split)".to_string(),
+                    "overall" | "(no split)" => format!("{n:?}"),
+                    _ => n.clone(),
+                };
+                row(&shown, f)
+            })
             .collect();
         rows.push(row("overall", &report.overall));
         print_table(

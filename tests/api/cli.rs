@@ -222,6 +222,34 @@ async fn eval_reports_each_split_and_ends_with_one_json_line() {
         "the fallback sent climate"
     );
     assert_eq!(keywords_only["splits"]["a"]["fallback_rate"], 0.5);
+
+    // Splits named like the table's own rows stay apart from them.
+    std::fs::write(
+        &queries,
+        concat!(
+            r#"{"query":"set the thermostat","domains":["climate"],"split":"overall"}"#,
+            "\n",
+            r#"{"query":"play a movie","domains":["media"],"split":"(no split)"}"#,
+            "\n",
+            r#"{"query":"play a movie","domains":["media"]}"#,
+            "\n",
+        ),
+    )
+    .unwrap();
+    let (table, report) = evaluate(dir.path(), &folder, &queries, "augment").await;
+    let labels: Vec<&str> = table
+        .lines()
+        .skip(1)
+        .take_while(|l| !l.is_empty())
+        .map(|l| l.split("  ").next().unwrap().trim())
+        .collect();
+    assert_eq!(
+        labels,
+        ["(no split)", "\"(no split)\"", "\"overall\"", "overall"],
+        "{table}"
+    );
+    assert_eq!(report["splits"]["overall"]["queries"], 1);
+    assert_eq!(report["overall"]["queries"], 3);
 }
 
 #[tokio::test]
