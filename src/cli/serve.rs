@@ -226,8 +226,8 @@ serve_args! {
     /// Connections the kernel queues before the daemon accepts them [default: 1024].
     #[arg(long, env = "TOOLROUTER_LISTEN_BACKLOG")]
     listen_backlog: Option<u32>,
-    /// How long a new connection may send nothing before it is closed, e.g. `10s`
-    /// [default: 10s].
+    /// How long a new connection has to finish its handshake (TLS, when served, and the
+    /// HTTP/2 preface) before it is closed, e.g. `10s` [default: 10s].
     #[arg(long, env = "TOOLROUTER_HANDSHAKE_TIMEOUT", value_parser = humantime::parse_duration)]
     handshake_timeout: Option<Duration>,
 }
@@ -273,10 +273,10 @@ pub(super) async fn serve(args: &ServeArgs) -> Result<(), Failure> {
         out!("{}", config.to_toml());
         return Ok(());
     }
-    // TLS files that cannot be read or do not make a server identity are bad configuration,
-    // found before anything starts.
-    let tls = crate::server::tls(&config)?;
     init_tracing(config.log_format);
+    // TLS files that cannot be read or do not make a server identity are bad configuration,
+    // found before anything starts (and a certificate out of date is a warning in the log).
+    let tls = crate::server::tls(&config)?;
     // From here on a SIGHUP is taken (and served once the daemon is ready), never the default
     // action that ends the process: a reload sent while the registry loads must not kill it.
     #[cfg(unix)]

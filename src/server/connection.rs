@@ -114,16 +114,39 @@ pub fn tls(config: &Config) -> Result<Option<TlsAcceptor>> {
              and the daemon restarted"
         );
     }
-    let private = PrivateKeyDer::from_pem_slice(&read(key)?).map_err(|e| {
-        no_identity(format!(
-            "{} holds no PEM private key (PKCS #8, PKCS #1 or SEC1): {e}",
-            key.display()
-        ))
+    let key_pem = read(key)?;
+    let private = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| {
+        let encrypted = key_pem
+            .windows(b"ENCRYPTED PRIVATE KEY".len())
+            .any(|w| w == b"ENCRYPTED PRIVATE KEY");
+        no_identity(if encrypted {
+            format!(
+                "{} holds an encrypted private key: give it unencrypted (e.g. `openssl pkey -in \
+                 KEY -out PLAIN`) and readable only by the daemon's user",
+                key.display()
+            )
+        } else {
+            format!(
+                "{} holds no PEM private key (PKCS #8, PKCS #1 or SEC1): {e}",
+                key.display()
+            )
+        })
     })?;
     let mut server = rustls::ServerConfig::builder()
         .with_no_client_auth()
         .with_single_cert(chain, private)
-        .map_err(|e| no_identity(e.to_string()))?;
+        .map_err(|e| match e {
+            // rustls words this as the peer's: here it is the daemon's own certificate.
+            rustls::Error::InvalidCertificate(why) => {
+                no_identity(format!("{} is not a usable certificate: {why}", cert.display()))
+            }
+            rustls::Error::InconsistentKeys(rustls::InconsistentKeys::KeyMismatch) => no_identity(format!(
+                "the private key in {} does not belong to the certificate in {}",
+                key.display(),
+                cert.display()
+            )),
+            other => no_identity(other.to_string()),
+        })?;
     server.alpn_protocols = vec![b"h2".to_vec()];
     Ok(Some(TlsAcceptor::from(Arc::new(server))))
 }

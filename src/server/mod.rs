@@ -17,6 +17,8 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::net::TcpListener;
@@ -271,6 +273,10 @@ pub async fn serve(
     let (draining, drain_started) = tokio::sync::oneshot::channel::<()>();
     let drain_guard = guard.clone();
     let drain_state = state.clone();
+    // Whether the calls in flight had all finished when the drain timeout came: if so, only
+    // connections that did not close (a peer that ignores GOAWAY) were left.
+    let calls_done = Arc::new(AtomicBool::new(false));
+    let drain_done = Arc::clone(&calls_done);
     let shutdown = async move {
         shutdown.await;
         reporter
@@ -283,6 +289,7 @@ pub async fn serve(
         let _ = drain_tx.send(true);
         drain_state.stop_watchers();
         drain_guard.drain().await;
+        drain_done.store(true, Ordering::SeqCst);
     };
     let drain_timeout = config.drain_timeout;
     let drain_expired = async move {
@@ -331,7 +338,15 @@ pub async fn serve(
     let (result, cut) = tokio::select! {
         result = server => (result.map_err(Into::into), false),
         () = drain_expired => {
-            tracing::warn!(?drain_timeout, "drain timeout reached; dropping the calls still in flight");
+            if calls_done.load(Ordering::SeqCst) {
+                tracing::warn!(
+                    ?drain_timeout,
+                    "drain timeout reached with no call in flight; closing the connections whose \
+                     clients did not close them"
+                );
+            } else {
+                tracing::warn!(?drain_timeout, "drain timeout reached; dropping the calls still in flight");
+            }
             (Ok(()), true)
         }
     };

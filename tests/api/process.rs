@@ -79,6 +79,28 @@ async fn sigterm_stops_accepting_finishes_the_call_in_flight_and_exits_0() {
 }
 
 #[tokio::test]
+async fn a_client_that_ignores_the_shutdown_holds_it_to_the_drain_timeout_and_the_log_says_no_call_was_cut() {
+    use tokio::io::AsyncWriteExt as _;
+    let dir = temp_dir();
+    let mut daemon = Daemon::start(dir.path(), &["--drain-timeout", "500ms"]);
+    // HTTP/2 spoken, then nothing read: the daemon's GOAWAY and PING go unanswered.
+    let mut deaf = tokio::net::TcpStream::connect(daemon.addr).await.unwrap();
+    deaf.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    daemon.signal("TERM");
+    let status = daemon.exit(Duration::from_secs(20)).await.expect("exited");
+    assert_eq!(status.code(), Some(0), "{}", daemon.log());
+    let log = daemon.log();
+    assert!(
+        log.contains("drain timeout reached with no call in flight") && !log.contains("dropping the calls"),
+        "{log}"
+    );
+    drop(deaf);
+}
+
+#[tokio::test]
 async fn at_the_drain_timeout_the_daemon_exits_0_and_the_cut_call_is_not_acknowledged() {
     let dir = temp_dir();
     set_settings(dir.path(), &[("sonarr_url", "x")]).await;
@@ -94,7 +116,13 @@ async fn at_the_drain_timeout_the_daemon_exits_0_and_the_cut_call_is_not_acknowl
         .await
         .expect("exited at the drain timeout");
     assert_eq!(status.code(), Some(0), "{}", daemon.log());
-    assert!(daemon.log().contains("drain timeout reached"), "{}", daemon.log());
+    assert!(
+        daemon
+            .log()
+            .contains("drain timeout reached; dropping the calls still in flight"),
+        "{}",
+        daemon.log()
+    );
     // The cut call still has its line (SPEC §11: one per call).
     let lines = json_lines(&daemon.log());
     let cut: Vec<&serde_json::Value> = lines
@@ -281,6 +309,58 @@ async fn a_non_loopback_address_without_a_token_is_refused_with_what_to_do() {
 }
 
 #[tokio::test]
+async fn a_tls_certificate_out_of_date_is_a_warning_in_the_log() {
+    let dir = temp_dir();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let key_file = dir.path().join("key.pem");
+    std::fs::write(&key_file, key.serialize_pem()).unwrap();
+    // (certificate, valid from, valid until, the warning)
+    let cases = [
+        (
+            "expired.pem",
+            (2020, 1, 1),
+            (2021, 1, 1),
+            "expired at Jan  1 00:00:00 2021",
+        ),
+        (
+            "future.pem",
+            (2090, 1, 1),
+            (2091, 1, 1),
+            "is not valid until Jan  1 00:00:00 2090",
+        ),
+    ];
+    for (name, from, until, want) in cases {
+        let mut params = rcgen::CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+        params.not_before = rcgen::date_time_ymd(from.0, from.1, from.2);
+        params.not_after = rcgen::date_time_ymd(until.0, until.1, until.2);
+        let cert = dir.path().join(name);
+        std::fs::write(&cert, params.self_signed(&key).unwrap().pem()).unwrap();
+        // The missing manifest folder ends the start right after the TLS files are read.
+        let out = run(
+            dir.path(),
+            &[
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--tls-cert",
+                cert.to_str().unwrap(),
+                "--tls-key",
+                key_file.to_str().unwrap(),
+                "--manifests",
+                "no-such-folder",
+            ],
+        )
+        .await;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("WARN") && stderr.contains(want) && stderr.contains("clients will refuse"),
+            "{name}: {}",
+            shown(&out)
+        );
+    }
+}
+
+#[tokio::test]
 async fn bad_database_urls_and_tls_files_are_bad_configuration_exit_2() {
     let dir = temp_dir();
     let missing = dir.path().join("missing.pem");
@@ -294,7 +374,21 @@ async fn bad_database_urls_and_tls_files_are_bad_configuration_exit_2() {
     std::fs::create_dir(&other).unwrap();
     let (_, other_cert, _) = certificates(&other);
     let other_cert = other_cert.to_str().unwrap();
-    let cases: [(&[&str], &str); 8] = [
+    let encrypted = dir.path().join("encrypted.pem");
+    std::fs::write(
+        &encrypted,
+        "-----BEGIN ENCRYPTED PRIVATE KEY-----\nMIIBvTBXBgkqhkiG9w0BBQ0wSjApBgkqhkiG\n-----END ENCRYPTED PRIVATE KEY-----\n",
+    )
+    .unwrap();
+    let encrypted = encrypted.to_str().unwrap();
+    let broken = dir.path().join("broken.pem");
+    std::fs::write(
+        &broken,
+        "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n",
+    )
+    .unwrap();
+    let broken = broken.to_str().unwrap();
+    let cases: [(&[&str], &str); 10] = [
         (
             &["--database", "mysql://x/y"],
             "neither sqlite://FILE nor postgres://",
@@ -354,7 +448,29 @@ async fn bad_database_urls_and_tls_files_are_bad_configuration_exit_2() {
                 "--tls-key",
                 key,
             ],
-            "do not make a server identity: ",
+            "key.pem does not belong to the certificate in ",
+        ),
+        (
+            &[
+                "--database",
+                "sqlite://never.db",
+                "--tls-cert",
+                cert,
+                "--tls-key",
+                encrypted,
+            ],
+            "encrypted.pem holds an encrypted private key: give it unencrypted",
+        ),
+        (
+            &[
+                "--database",
+                "sqlite://never.db",
+                "--tls-cert",
+                broken,
+                "--tls-key",
+                key,
+            ],
+            "broken.pem is not a usable certificate: ",
         ),
     ];
     for (extra, want) in cases {
