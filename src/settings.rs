@@ -130,6 +130,11 @@ impl SettingsCache {
         self.shared.noticed.notified().await;
     }
 
+    /// When the snapshot in use turns stale: the next call after it re-reads the table.
+    pub(crate) fn stale_at(&self) -> Instant {
+        self.shared.current.load().read_at + self.shared.ttl
+    }
+
     /// How long ago the snapshot in use was read from the table (it grows past the TTL only
     /// while re-reads fail, or until the next call re-reads).
     pub(crate) fn age(&self) -> Duration {

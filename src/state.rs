@@ -1144,11 +1144,12 @@ impl State {
         let mut domains = self.inner.db.notices(crate::db::Topic::Domains);
         let mut domains_retry = None;
         let mut upkeep = tokio::time::interval(period);
-        let mut settings = tokio::time::interval(self.inner.settings_ttl);
-        for tick in [&mut upkeep, &mut settings] {
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            tick.reset();
-        }
+        upkeep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        upkeep.reset();
+        // The settings are re-read for watchers when the snapshot turns stale, not on a clock
+        // of its own: a tick just before that would skip a read and hear a change a TTL late.
+        let settings = tokio::time::sleep(self.inner.settings_ttl);
+        tokio::pin!(settings);
         loop {
             tokio::select! {
                 () = &mut shutdown => break,
@@ -1157,10 +1158,16 @@ impl State {
                         tracing::error!(error = %e, "conversation upkeep failed");
                     }
                 }
-                _ = settings.tick() => {
-                    if self.inner.events.receiver_count() > 0 {
+                () = &mut settings => {
+                    let watched = self.inner.events.receiver_count() > 0;
+                    if watched {
                         self.view().await;
                     }
+                    // Without watchers nobody needs the read: look again a TTL on.
+                    let now = std::time::Instant::now();
+                    let next = if watched { self.inner.settings.stale_at() } else { now + self.inner.settings_ttl };
+                    let next = next.max(now + Duration::from_millis(10));
+                    settings.as_mut().reset(tokio::time::Instant::from_std(next));
                 }
                 // Re-read on another daemon's or a settings UI's notice (PostgreSQL).
                 () = self.inner.settings.reread_on_notice() => {

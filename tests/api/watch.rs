@@ -105,14 +105,29 @@ async fn a_watcher_sees_the_state_then_each_change_in_order() {
 async fn a_watcher_hears_of_a_settings_write_within_the_ttl_without_other_calls() {
     let mut app = TestApp::builder()
         .manifests(&[("a.json", A), ("b.json", B)])
-        .config(|c| c.settings_ttl = Duration::from_millis(200))
+        .config(|c| c.settings_ttl = Duration::from_millis(300))
         .spawn()
         .await;
     let mut stream = app.watch("").await.unwrap();
     assert_eq!(next(&mut stream).await.active_domains, ["a"]);
-    // Another program writes the table; nobody calls the daemon.
-    app.ui.set_setting("b_url", "http://b").await.unwrap();
-    assert_eq!(next(&mut stream).await.active_domains, ["a", "b"]);
+    // Another program writes the table, at different moments of the TTL; nobody calls the
+    // daemon. Each change is heard within one TTL (and a little for the read itself).
+    for (round, pause_ms) in [0u64, 50, 120, 200, 290, 10, 150, 240].into_iter().enumerate() {
+        tokio::time::sleep(Duration::from_millis(pause_ms)).await;
+        let (value, want): (&str, &[&str]) = if round % 2 == 0 {
+            ("http://b", &["a", "b"])
+        } else {
+            ("", &["a"])
+        };
+        let written = std::time::Instant::now();
+        app.ui.set_setting("b_url", value).await.unwrap();
+        assert_eq!(next(&mut stream).await.active_domains, want, "round {round}");
+        let heard = written.elapsed();
+        assert!(
+            heard < Duration::from_millis(300 + 150),
+            "round {round}: heard {heard:?} after the write, with a TTL of 300 ms"
+        );
+    }
 }
 
 #[tokio::test]
