@@ -282,6 +282,7 @@ pub(super) async fn serve(args: &ServeArgs) -> Result<(), Failure> {
     #[cfg(unix)]
     let hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup());
     crate::server::keep_freed_buffers();
+    crate::server::survive_file_size_limit();
     // The token counter's tables take about 70 ms to build: build them while the manifests
     // are read, not after.
     std::thread::spawn(crate::render::warm_up);

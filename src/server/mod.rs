@@ -93,6 +93,17 @@ pub fn keep_freed_buffers() {
     }
 }
 
+/// Lets a write past the file-size limit (`ulimit -f`, systemd's `LimitFSIZE=`) fail with
+/// `EFBIG`, which the database answers as a full disk (`UNAVAILABLE`), instead of the
+/// default action of `SIGXFSZ`, which ends the process.
+pub fn survive_file_size_limit() {
+    #[cfg(unix)]
+    // SAFETY: ignoring a signal installs no handler code; it has no preconditions.
+    unsafe {
+        libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+    }
+}
+
 /// The health service, whose `Watch` streams end when the drain starts, after telling the
 /// watcher `NOT_SERVING`: an open watch would otherwise hold the shutdown to the drain
 /// timeout, as a call in flight does.

@@ -819,7 +819,17 @@ impl Daemon {
     }
 
     /// Starts the binary with open-files limits `(soft, hard)`.
-    pub fn start_with_files(dir: &Path, extra: &[&str], (soft, hard): (u64, u64)) -> Daemon {
+    pub fn start_with_files(dir: &Path, extra: &[&str], limits: (u64, u64)) -> Daemon {
+        Daemon::start_with_limit(dir, extra, libc::RLIMIT_NOFILE, limits)
+    }
+
+    /// [`Daemon::start`] with the `(soft, hard)` limit of `resource` (`setrlimit`).
+    pub fn start_with_limit(
+        dir: &Path,
+        extra: &[&str],
+        resource: libc::__rlimit_resource_t,
+        (soft, hard): (u64, u64),
+    ) -> Daemon {
         Daemon::start_with(&db_url(dir), extra, |c| {
             use std::os::unix::process::CommandExt as _;
             let limit = libc::rlimit {
@@ -830,7 +840,7 @@ impl Daemon {
             // on a value copied into the closure.
             unsafe {
                 c.pre_exec(move || {
-                    if libc::setrlimit(libc::RLIMIT_NOFILE, &raw const limit) == 0 {
+                    if libc::setrlimit(resource, &raw const limit) == 0 {
                         Ok(())
                     } else {
                         Err(std::io::Error::last_os_error())

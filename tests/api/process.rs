@@ -896,6 +896,38 @@ fn cpu_ticks(pid: u32) -> u64 {
 }
 
 #[tokio::test]
+async fn past_the_file_size_limit_writes_are_unavailable_and_the_daemon_lives_on() {
+    let dir = temp_dir();
+    set_settings(dir.path(), &[("sonarr_url", "x")]).await;
+    // 1 MiB: the write-ahead log reaches it after a few hundred loads.
+    let mut daemon = Daemon::start_with_limit(dir.path(), &[], libc::RLIMIT_FSIZE, (1 << 20, 1 << 20));
+    let mut client = daemon.client().await;
+    let mut refused = None;
+    for i in 0..5000 {
+        match client
+            .load_tool_group(load_request(&format!("c{i}"), "sonarr"))
+            .await
+        {
+            Ok(_) => {}
+            Err(status) => {
+                refused = Some(status);
+                break;
+            }
+        }
+    }
+    let refused = refused.expect("a write past 1 MiB is refused");
+    assert!(
+        daemon.child.try_wait().unwrap().is_none(),
+        "the daemon ended:\n{}",
+        daemon.log()
+    );
+    assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
+    // Routing, which writes nothing, still answers.
+    let routed = client.route(route_request("hello", "")).await;
+    assert!(routed.is_ok(), "{routed:?}\n{}", daemon.log());
+}
+
+#[tokio::test]
 async fn the_daemon_raises_its_soft_open_files_limit_to_the_hard_limit() {
     let dir = temp_dir();
     let daemon = Daemon::start_with_files(dir.path(), &[], (100, 300));
