@@ -135,6 +135,19 @@ pub(crate) fn database_file(url: &str) -> Result<Option<PathBuf>> {
     Ok(sqlite::file_of(url)?.map(|f| absolute(&f)))
 }
 
+/// Claims a SQLite database file for this daemon until the returned file is dropped (see
+/// `sqlite::claim`); `None` for PostgreSQL, where several daemons share a database.
+///
+/// # Errors
+/// Another daemon serves the file, or it cannot be written.
+pub(crate) fn claim(url: &str) -> Result<Option<std::fs::File>> {
+    match database_file(url)? {
+        #[cfg(unix)]
+        Some(path) => sqlite::claim(&path).map(Some),
+        _ => Ok(None),
+    }
+}
+
 /// `path` made absolute, links resolved where it exists.
 pub(crate) fn absolute(path: &Path) -> PathBuf {
     std::fs::canonicalize(path)

@@ -102,6 +102,47 @@ pub(super) fn file_of(url: &str) -> Result<Option<PathBuf>> {
     Ok(Some(filename.to_path_buf()))
 }
 
+/// Claims the database file at `path` for this daemon, while the returned file stays open:
+/// an exclusive `flock` on it (SQLite's own locks are POSIX record locks, which `flock`
+/// leaves alone). A second daemon on the file would cache conversations the first one
+/// changes, so each would answer without the other's loads. A file the daemon may read but
+/// not write is refused too: it would serve, and fail every load.
+///
+/// # Errors
+/// `Unavailable` naming the file: another daemon holds it, or it cannot be written.
+#[cfg(unix)]
+pub(super) fn claim(path: &Path) -> Result<std::fs::File> {
+    use std::os::fd::AsRawFd as _;
+    use std::os::unix::ffi::OsStrExt as _;
+    let file = std::fs::File::open(path).map_err(|e| Store::unopenable(path, &e))?;
+    let name = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| Error::Unavailable(format!("the database path {} holds a NUL byte", path.display())))?;
+    // SAFETY: access reads a NUL-terminated path that lives through the call.
+    if unsafe { libc::access(name.as_ptr(), libc::W_OK) } != 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(Error::Unavailable(format!(
+            "cannot write the database file {}: {e} (the daemon stores conversations and run-time domains there)",
+            path.display()
+        )));
+    }
+    // SAFETY: flock on a descriptor this function owns; it has no memory effects.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(Error::Unavailable(
+            if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+                format!(
+                    "another toolrouter daemon is serving the database file {}: one daemon per SQLite \
+                     file (several daemons share a PostgreSQL database)",
+                    path.display()
+                )
+            } else {
+                format!("cannot lock the database file {}: {e}", path.display())
+            },
+        ));
+    }
+    Ok(file)
+}
+
 /// The most connections a pool holds: enough that calls which only read (a `Route` reading
 /// its conversation) find one while writes wait on another program's write lock, each in
 /// SQLite's busy handler with its connection, for up to the busy timeout.

@@ -896,6 +896,50 @@ fn cpu_ticks(pid: u32) -> u64 {
 }
 
 #[tokio::test]
+async fn a_second_daemon_on_the_same_sqlite_file_is_refused_and_may_start_once_the_first_is_gone() {
+    let dir = temp_dir();
+    let mut first = Daemon::start(dir.path(), &[]);
+    let out = run(
+        dir.path(),
+        &[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--database",
+            &db_url(dir.path()),
+        ],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(1), "{}", shown(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("another toolrouter daemon is serving the database file")
+            && stderr.contains("toolrouter.db"),
+        "{stderr}"
+    );
+    // The first one serves on, and its file is free once it has stopped.
+    assert!(
+        first
+            .client()
+            .await
+            .route(route_request("hello", ""))
+            .await
+            .is_ok()
+    );
+    first.signal("TERM");
+    first.exit(Duration::from_secs(20)).await.expect("exited");
+    let second = Daemon::start(dir.path(), &[]);
+    assert!(
+        second
+            .client()
+            .await
+            .route(route_request("hello", ""))
+            .await
+            .is_ok()
+    );
+}
+
+#[tokio::test]
 async fn past_the_file_size_limit_writes_are_unavailable_and_the_daemon_lives_on() {
     let dir = temp_dir();
     set_settings(dir.path(), &[("sonarr_url", "x")]).await;
