@@ -335,7 +335,9 @@ impl ToolRouter for ToolRouterService {
                 })
                 .collect(),
             prompt_section: if req.include_prompt_section {
-                scope.activation.prompt_section(registry)
+                scope
+                    .activation
+                    .prompt_section(registry, view.exposes_load_tool())
             } else {
                 String::new()
             },
@@ -402,7 +404,9 @@ impl ToolRouter for ToolRouterService {
         let scope = view.scope(profile);
         Ok(Response::new(proto::ListGroupsResponse {
             groups: groups(scope),
-            prompt_section: scope.activation.prompt_section(&view.registry),
+            prompt_section: scope
+                .activation
+                .prompt_section(&view.registry, view.exposes_load_tool()),
             registry_version: view.registry.version(),
         }))
     }
@@ -801,10 +805,16 @@ fn call_check(check: &CallCheck, tool: &str, profile: Option<&str>) -> proto::Ch
         }
         Some(Refusal::NeedsLoad { group }) => {
             response.group = group.clone();
-            format!(
-                "Tool '{tool}' is not available in this conversation now: load group '{group}' first \
-                 (load_tool_group)."
-            )
+            if check.view.exposes_load_tool() {
+                format!(
+                    "Tool '{tool}' is not available in this conversation now: load group '{group}' first \
+                     (load_tool_group)."
+                )
+            } else {
+                format!(
+                    "Tool '{tool}' is not available in this conversation now: group '{group}' is not loaded."
+                )
+            }
         }
     };
     response

@@ -123,6 +123,11 @@ impl View {
         }
     }
 
+    /// Whether answers carry the `load_tool_group` meta-tool (`--expose-load-tool-group`).
+    pub(crate) fn exposes_load_tool(&self) -> bool {
+        self.expose.0
+    }
+
     /// What the view is built from besides the settings.
     fn parts(&self) -> Parts {
         Parts {

@@ -280,8 +280,10 @@ impl Activation {
         &self.loadable
     }
 
-    /// The system-prompt section that lists loadable groups (empty when there are none).
-    pub fn prompt_section(&self, registry: &Registry) -> String {
+    /// The system-prompt section that lists loadable groups (empty when there are none),
+    /// telling the model to load them with the meta-tool when answers carry it
+    /// (`load_tool`); without it the groups are listed only.
+    pub fn prompt_section(&self, registry: &Registry, load_tool: bool) -> String {
         if self.loadable.is_empty() {
             return String::new();
         }
@@ -296,10 +298,12 @@ impl Activation {
                 )
             })
             .collect();
-        format!(
-            "## Available Tool Groups\n\nUse `{LOAD_TOOL_GROUP}` to load tools from a group before using them.\n\n{}",
-            lines.join("\n")
-        )
+        let how = if load_tool {
+            format!("Use `{LOAD_TOOL_GROUP}` to load tools from a group before using them.\n\n")
+        } else {
+            String::new()
+        };
+        format!("## Available Tool Groups\n\n{how}{}", lines.join("\n"))
     }
 }
 

@@ -700,7 +700,7 @@ fn the_meta_tool_is_left_out_when_turned_off_or_when_nothing_is_loadable() {
     let m = Matcher::new(only_core.keywords(), MatchMode::Word).unwrap();
     let a = Activation::new(&only_core, &Snapshot::default());
     assert!(a.meta_tool().is_none() && a.search_tool().is_none());
-    assert_eq!(a.prompt_section(&only_core), "");
+    assert_eq!(a.prompt_section(&only_core, true), "");
     let index = SearchIndex::new(&only_core);
     let inputs = Inputs {
         registry: &only_core,
@@ -715,7 +715,7 @@ fn the_meta_tool_is_left_out_when_turned_off_or_when_nothing_is_loadable() {
 fn the_prompt_section_lists_loadable_groups_by_name() {
     let f = fixture();
     assert_eq!(
-        f.activation.prompt_section(&f.registry),
+        f.activation.prompt_section(&f.registry, true),
         "## Available Tool Groups\n\nUse `load_tool_group` to load tools from a group before using them.\n\n\
          - lights: Tools from lights group\n- media: Tools from media group\n- nokw: Tools from nokw group\n- quiet: Tools from quiet group"
     );

@@ -2,6 +2,7 @@
 //! options in the config, and the limits on a message and a conversation id.
 
 use tonic::Code;
+use toolrouter::proto::RouteRequest;
 
 use crate::helpers::{Backend, FallbackPolicy, MatchMode, TestApp, decisions, spawn_app_on};
 
@@ -95,6 +96,32 @@ async fn the_meta_tool_can_be_turned_off(backend: Backend) {
     app.set("sonarr_url", "x").await;
     let r = app.route("hello", "").await;
     assert!(r.tools.iter().all(|t| t.name != "load_tool_group"));
+    // Nothing tells the model to call the tool it does not have.
+    let groups = app.list_groups().await.unwrap();
+    assert_eq!(
+        groups.prompt_section,
+        "## Available Tool Groups\n\n- sonarr: TV series manager: search and add shows, episode calendar, download queue and missing episodes"
+    );
+    assert_eq!(
+        app.route_with(RouteRequest {
+            message: "hello".into(),
+            include_prompt_section: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .prompt_section,
+        groups.prompt_section
+    );
+    // A sticky hit on radarr: no fallback, so sonarr needs a load.
+    app.set("radarr_url", "x").await;
+    app.route("add the movie Dune to radarr", "c1").await;
+    let check = app.check_call("sonarr_search_series", "c1", "").await.unwrap();
+    assert_eq!(check.reason, "needs_load");
+    assert_eq!(
+        check.text,
+        "Tool 'sonarr_search_series' is not available in this conversation now: group 'sonarr' is not loaded."
+    );
     app.stop().await;
 }
 
