@@ -70,8 +70,11 @@ def main():
         # same group again and for one the answer has: each time only the tools not sent
         # already are added, and the set of names sent grows with them.
         in_answer = {d.domain for d in r.domains}
-        other = next(g.name for g in stub.ListGroups(pb.ListGroupsRequest()).groups
-                     if g.active and not g.core and g.tool_count and g.name not in in_answer)
+        other = next((g.name for g in stub.ListGroups(pb.ListGroupsRequest()).groups
+                      if g.active and not g.core and g.tool_count and g.name not in in_answer), None)
+        check(other is not None,
+              "another active group to load: configure at least two groups "
+              "(e.g. `toolrouter settings set sonarr_url http://sonarr:8989`)")
         added = []
         for group in [other, other, r.domains[-1].domain]:
             loaded = stub.LoadToolGroup(pb.LoadToolGroupRequest(

@@ -28,8 +28,10 @@ done
 "$bin" settings set --addr "$addr" qbittorrent_url http://nas:8080 >/dev/null
 "$bin" settings set --addr "$addr" sonarr_url http://nas:8989 >/dev/null
 passed=0
-for example in chat_backend mcp_tools_list; do
-  TOOLROUTER_ADDR="$addr" "$py" "$here/$example.py"
+# The address both ways the CLI takes it: host:port, and as a URL.
+for run in "chat_backend $addr" "mcp_tools_list http://$addr"; do
+  read -r example at <<< "$run"
+  TOOLROUTER_ADDR="$at" "$py" "$here/$example.py"
   passed=$((passed + 1))
 done
 echo "$passed passed, 0 failed"
