@@ -133,6 +133,7 @@ pub(super) async fn settings(
                 && crate::db::is_postgres(b)
                 && crate::db::postgres_database(a) == crate::db::postgres_database(b))
     };
+    let elsewhere = matches!((&theirs, &ours), (Some((t, _)), Some(o)) if !same(t, o));
     if let (Some((theirs, their_url)), Some(ours)) = (&theirs, &ours)
         && !same(theirs, ours)
     {
@@ -193,15 +194,28 @@ pub(super) async fn settings(
             json!({ "action": "unset", "key": key, "wasSet": existed })
         }
     };
+    // A database the daemon does not use (written with --force): nothing to tell it.
+    if elsewhere {
+        if opts.json {
+            print_json(&done);
+        }
+        return Ok(());
+    }
     // Best effort: the change is in the table either way and shows within one TTL.
     let notified = match conn.client().await {
         Ok(mut c) => call(conn, c.invalidate_settings(proto::InvalidateSettingsRequest {})).await,
         Err(e) => Err(e.into()),
     };
+    let postgres = crate::db::is_postgres(&database);
     let note = |f: &Failure| {
         format!(
-            "{} (the daemon will see the change within its settings TTL)",
-            f.message
+            "{} ({})",
+            f.message,
+            if postgres {
+                "daemons on this database see the change at once: the table's trigger tells them"
+            } else {
+                "the daemon will see the change within its settings TTL"
+            }
         )
     };
     if opts.json {

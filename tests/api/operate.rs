@@ -312,6 +312,9 @@ async fn settings_writes_the_daemons_database_and_refuses_another_one() {
     .await;
     assert_eq!(out.status.code(), Some(0), "{}", shown(&out));
     assert!(other.exists());
+    // The daemon, which does not use that file, is not told (nor said to have re-read).
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(stdout.trim(), "set k", "{}", shown(&out));
 
     // `list --json` shows the daemon's settings.
     let out = run(elsewhere.path(), &["settings", "--addr", &addr, "list", "--json"]).await;
