@@ -1018,6 +1018,39 @@ impl State {
         Ok(reloaded)
     }
 
+    /// Serves the run-time domains as stored now, beside the manifests as last loaded (the
+    /// manifest folders are not read again: that is a reload's), when they make another
+    /// registry: after the SQLite file was replaced by a backup, whose stored domains may
+    /// differ from those read at start.
+    ///
+    /// # Errors
+    /// A database fault, or an automaton too large.
+    async fn take_stored_domains(&self) -> Result<()> {
+        let rows = self.inner.db.read_domains().await?;
+        let mut sources = self.inner.sources.lock().await;
+        let manifests = sources.manifests.clone();
+        let keyword_match = self.inner.keyword_match;
+        let served = self.inner.view.load().registry.version();
+        let built = blocking(move || {
+            let (registry, runtime) = compose(&manifests, parse_stored(rows));
+            if registry.version() == served {
+                return Ok(None);
+            }
+            Parts::build(registry, keyword_match).map(|parts| Some((parts, runtime)))
+        })
+        .await??;
+        if let Some((parts, runtime)) = built {
+            self.install(&parts);
+            sources.runtime = runtime;
+            tracing::info!(
+                registry_version = %format!("{:016x}", parts.registry.version()),
+                runtime_domains = sources.runtime.len(),
+                "the database file was replaced: serving the run-time domains it holds"
+            );
+        }
+        Ok(())
+    }
+
     /// Registers a domain from one native JSON manifest (SPEC §10), validated as a manifest
     /// file is and beside the rest of the registry, or replaces the one registered under its
     /// name. It is stored before the new registry is swapped in (as [`State::reload`] swaps):
@@ -1151,6 +1184,7 @@ impl State {
         let mut upkeep = tokio::time::interval(period);
         upkeep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         upkeep.reset();
+        let mut file_generation = self.inner.db.generation();
         // The settings are re-read for watchers when the snapshot turns stale, not on a clock
         // of its own: a tick just before that would skip a read and hear a change a TTL late.
         let settings = tokio::time::sleep(self.inner.settings_ttl);
@@ -1161,6 +1195,17 @@ impl State {
                 _ = upkeep.tick() => {
                     if let Err(e) = self.inner.conversations.maintain().await {
                         tracing::error!(error = %e, "conversation upkeep failed");
+                    }
+                    // A backup moved over the SQLite file: serve the run-time domains it holds.
+                    let generation = self.inner.db.generation();
+                    if generation != file_generation {
+                        match self.take_stored_domains().await {
+                            Ok(()) => file_generation = generation,
+                            Err(e) => tracing::warn!(
+                                error = %e,
+                                "cannot read the run-time domains of the replaced database file; trying again at the next upkeep"
+                            ),
+                        }
                     }
                 }
                 () = &mut settings => {

@@ -599,3 +599,43 @@ async fn domains_upsert_and_delete_work_from_the_command_line() {
     );
     app.stop().await;
 }
+
+#[tokio::test]
+async fn a_backup_moved_over_the_sqlite_file_brings_the_run_time_domains_it_holds() {
+    // Upkeep (which notices the replaced file) runs every 100 ms with this TTL.
+    let mut app = TestApp::builder()
+        .config(|c| c.conversation_ttl = std::time::Duration::from_millis(400))
+        .spawn()
+        .await;
+    let demo = demo_registry().version();
+    app.upsert_domain(&domain("bench", "bench_tool")).await.unwrap();
+    // A backup holding `bench`, taken before `lab` is registered.
+    let backup = app.dir().join("backup.db");
+    let pool = sqlx::SqlitePool::connect(&db_url(app.dir())).await.unwrap();
+    sqlx::query("VACUUM INTO ?1")
+        .bind(backup.to_str().unwrap())
+        .execute(&pool)
+        .await
+        .unwrap();
+    pool.close().await;
+    let with_lab = app.upsert_domain(LAB).await.unwrap().registry_version;
+    std::fs::rename(&backup, app.db_path()).unwrap();
+    // A call that reads the database finds the file replaced.
+    app.route("hello", "c1").await;
+    let mut groups = Vec::new();
+    for _ in 0..50 {
+        let listed = app.list_groups().await.unwrap();
+        groups = listed.groups.iter().map(|g| g.name.clone()).collect::<Vec<_>>();
+        if !groups.contains(&"lab".to_string()) {
+            assert_ne!(listed.registry_version, with_lab);
+            assert_ne!(listed.registry_version, demo);
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(
+        groups.contains(&"bench".to_string()) && !groups.contains(&"lab".to_string()),
+        "the backup's run-time domains: {groups:?}"
+    );
+    app.stop().await;
+}
