@@ -323,9 +323,11 @@ fn database_unavailable(e: &sqlx::Error) -> bool {
 /// PostgreSQL SQLSTATE codes a retry may get past: connection exceptions (class 08),
 /// insufficient resources (53), operator intervention (57: shutdown, starting up, a statement
 /// cancelled at `statement_timeout`), system errors (58), a lock not available, a
-/// serialization failure or a deadlock.
+/// serialization failure, a deadlock, or a write refused as read-only (25006: a hot standby
+/// after a failover, or `default_transaction_read_only` set for maintenance).
 fn postgres_unavailable(code: &str) -> bool {
-    matches!(code.get(..2), Some("08" | "53" | "57" | "58")) || matches!(code, "55P03" | "40001" | "40P01")
+    matches!(code.get(..2), Some("08" | "53" | "57" | "58"))
+        || matches!(code, "55P03" | "40001" | "40P01" | "25006")
 }
 
 /// The most bytes a status message takes on the wire (`grpc-message`, where every byte but
@@ -599,8 +601,10 @@ mod tests {
     #[test]
     fn postgres_faults_a_retry_may_get_past_are_unavailable_and_the_rest_internal() {
         // Connection lost, shutting down, starting up, statement_timeout, too many
-        // connections, lock not available, serialization failure.
-        for code in ["08006", "57P01", "57P03", "57014", "53300", "55P03", "40001"] {
+        // connections, lock not available, serialization failure, read-only transaction.
+        for code in [
+            "08006", "57P01", "57P03", "57014", "53300", "55P03", "40001", "25006",
+        ] {
             assert!(postgres_unavailable(code), "{code}");
         }
         // Unique violation, undefined table, bad input: the daemon's own faults.
