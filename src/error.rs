@@ -219,7 +219,7 @@ pub enum Error {
     #[error("{0}")]
     Config(String),
     /// A database fault.
-    #[error("database error: {0}")]
+    #[error("database error: {}", DatabaseText(.0))]
     Database(#[from] sqlx::Error),
     /// A migration could not be applied.
     #[error("database migration failed: {0}")]
@@ -317,6 +317,22 @@ fn database_unavailable(e: &sqlx::Error) -> bool {
             )
         }),
         _ => false,
+    }
+}
+
+/// A database fault as the caller and the log read it: sqlx's text, except that a
+/// PostgreSQL error leaves out the line of the server's own C source it was raised at ("at
+/// line 3211"), which reads as a line of the statement.
+struct DatabaseText<'a>(&'a sqlx::Error);
+
+impl std::fmt::Display for DatabaseText<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if let sqlx::Error::Database(db) = self.0
+            && let Some(pg) = db.try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
+        {
+            return write!(f, "error returned from database: {}", pg.message());
+        }
+        self.0.fmt(f)
     }
 }
 
