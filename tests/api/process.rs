@@ -388,93 +388,44 @@ async fn bad_database_urls_and_tls_files_are_bad_configuration_exit_2() {
     )
     .unwrap();
     let broken = broken.to_str().unwrap();
-    let cases: [(&[&str], &str); 10] = [
+    let database_cases: [(&[&str], &str); 3] = [
         (
             &["--database", "mysql://x/y"],
             "neither sqlite://FILE nor postgres://",
         ),
         (&["--database", ""], "neither sqlite://FILE nor postgres://"),
         (&["--database", "sqlite::memory:"], "is an in-memory database"),
+    ];
+    // (--tls-cert, --tls-key, what the refusal says)
+    let tls_cases = [
+        (missing, missing, "cannot read TLS file"),
+        (garbage, garbage, "garbage.pem holds no PEM certificate"),
+        (cert, garbage, "garbage.pem holds no PEM private key"),
+        (key, key, "key.pem holds no PEM certificate"),
+        (other_cert, key, "key.pem does not belong to the certificate in "),
         (
-            &[
-                "--database",
-                "sqlite://never.db",
-                "--tls-cert",
-                missing,
-                "--tls-key",
-                missing,
-            ],
-            "cannot read TLS file",
-        ),
-        (
-            &[
-                "--database",
-                "sqlite://never.db",
-                "--tls-cert",
-                garbage,
-                "--tls-key",
-                garbage,
-            ],
-            "garbage.pem holds no PEM certificate",
-        ),
-        (
-            &[
-                "--database",
-                "sqlite://never.db",
-                "--tls-cert",
-                cert,
-                "--tls-key",
-                garbage,
-            ],
-            "garbage.pem holds no PEM private key",
-        ),
-        (
-            &[
-                "--database",
-                "sqlite://never.db",
-                "--tls-cert",
-                key,
-                "--tls-key",
-                key,
-            ],
-            "key.pem holds no PEM certificate",
-        ),
-        (
-            &[
-                "--database",
-                "sqlite://never.db",
-                "--tls-cert",
-                other_cert,
-                "--tls-key",
-                key,
-            ],
-            "key.pem does not belong to the certificate in ",
-        ),
-        (
-            &[
-                "--database",
-                "sqlite://never.db",
-                "--tls-cert",
-                cert,
-                "--tls-key",
-                encrypted,
-            ],
+            cert,
+            encrypted,
             "encrypted.pem holds an encrypted private key: give it unencrypted",
         ),
-        (
-            &[
+        (broken, key, "broken.pem is not a usable certificate: "),
+    ];
+    let cases = database_cases
+        .iter()
+        .map(|(extra, want)| (extra.to_vec(), *want))
+        .chain(tls_cases.iter().map(|&(cert, key, want)| {
+            let extra = vec![
                 "--database",
                 "sqlite://never.db",
                 "--tls-cert",
-                broken,
+                cert,
                 "--tls-key",
                 key,
-            ],
-            "broken.pem is not a usable certificate: ",
-        ),
-    ];
+            ];
+            (extra, want)
+        }));
     for (extra, want) in cases {
-        let args = [&["serve", "--listen", "127.0.0.1:0"][..], extra].concat();
+        let args = [&["serve", "--listen", "127.0.0.1:0"][..], &extra].concat();
         let out = run(dir.path(), &args).await;
         assert_eq!(out.status.code(), Some(2), "{extra:?}: {}", shown(&out));
         assert!(
