@@ -335,9 +335,7 @@ impl ToolRouter for ToolRouterService {
                 })
                 .collect(),
             prompt_section: if req.include_prompt_section {
-                scope
-                    .activation
-                    .prompt_section(registry, view.exposes_load_tool())
+                scope.prompt_section()
             } else {
                 String::new()
             },
@@ -404,9 +402,7 @@ impl ToolRouter for ToolRouterService {
         let scope = view.scope(profile);
         Ok(Response::new(proto::ListGroupsResponse {
             groups: groups(scope),
-            prompt_section: scope
-                .activation
-                .prompt_section(&view.registry, view.exposes_load_tool()),
+            prompt_section: scope.prompt_section(),
             registry_version: view.registry.version(),
         }))
     }

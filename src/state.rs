@@ -191,6 +191,13 @@ impl<'a> Scope<'a> {
         self.meta.native(|| self.meta_tools())
     }
 
+    /// The system-prompt section of the groups this consumer may load, telling the model to
+    /// load them with `load_tool_group` only when answers carry it.
+    pub fn prompt_section(&self) -> String {
+        self.activation
+            .prompt_section(&self.view.registry, self.view.exposes_load_tool())
+    }
+
     fn meta_tools(&self) -> Vec<&'a Tool> {
         let (activation, expose) = (self.activation, self.view.expose);
         let load = activation.meta_tool().filter(|_| expose.0);

@@ -133,10 +133,12 @@ pub(super) async fn settings(
                 && crate::db::is_postgres(b)
                 && crate::db::postgres_database(a) == crate::db::postgres_database(b))
     };
-    let elsewhere = matches!((&theirs, &ours), (Some((t, _)), Some(o)) if !same(t, o));
-    if let (Some((theirs, their_url)), Some(ours)) = (&theirs, &ours)
-        && !same(theirs, ours)
-    {
+    // Whether this writes a database the daemon does not use.
+    let elsewhere = match (&theirs, &ours) {
+        (Some((theirs, their_url)), Some(ours)) if !same(theirs, ours) => Some((theirs, their_url, ours)),
+        _ => None,
+    };
+    if let Some((theirs, their_url, ours)) = elsewhere {
         let message = format!(
             "the daemon at {addr} uses {theirs}, not {ours}: pass --database {their_url:?} to edit its settings{}",
             if writes {
@@ -195,7 +197,7 @@ pub(super) async fn settings(
         }
     };
     // A database the daemon does not use (written with --force): nothing to tell it.
-    if elsewhere {
+    if elsewhere.is_some() {
         if opts.json {
             print_json(&done);
         }

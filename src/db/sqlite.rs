@@ -113,18 +113,14 @@ pub(super) fn file_of(url: &str) -> Result<Option<PathBuf>> {
 #[cfg(unix)]
 pub(super) fn claim(path: &Path) -> Result<std::fs::File> {
     use std::os::fd::AsRawFd as _;
-    use std::os::unix::ffi::OsStrExt as _;
-    let file = std::fs::File::open(path).map_err(|e| Store::unopenable(path, &e))?;
-    let name = std::ffi::CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| Error::Unavailable(format!("the database path {} holds a NUL byte", path.display())))?;
-    // SAFETY: access reads a NUL-terminated path that lives through the call.
-    if unsafe { libc::access(name.as_ptr(), libc::W_OK) } != 0 {
-        let e = std::io::Error::last_os_error();
-        return Err(Error::Unavailable(format!(
+    // Opened for writing (nothing is written through it): a file the daemon may not write
+    // fails here.
+    let file = std::fs::OpenOptions::new().write(true).open(path).map_err(|e| {
+        Error::Unavailable(format!(
             "cannot write the database file {}: {e} (the daemon stores conversations and run-time domains there)",
             path.display()
-        )));
-    }
+        ))
+    })?;
     // SAFETY: flock on a descriptor this function owns; it has no memory effects.
     if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
         let e = std::io::Error::last_os_error();

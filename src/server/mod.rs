@@ -185,8 +185,8 @@ impl tonic_health::pb::health_server::Health for DrainingHealth {
 /// checked once by the caller before anything starts.
 ///
 /// # Errors
-/// A TLS configuration that makes no server identity, a transport failure, or a reflection
-/// descriptor that cannot be decoded.
+/// A transport failure, a metrics address that cannot be bound, or a reflection descriptor
+/// that cannot be decoded.
 pub async fn serve(
     listener: TcpListener,
     state: State,
