@@ -354,34 +354,22 @@ pub(crate) async fn serve_metrics(
 ) {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     tokio::pin!(shutdown);
-    // Out of file descriptors, the loop pauses, longer each time, and logs once per streak,
-    // as the gRPC listener's does: retrying at once would spin and fill the log.
-    let (mut delay, mut failing) = (ACCEPT_BACKOFF.0, false);
+    let mut pause = AcceptPause::new("metrics endpoint: ");
     loop {
         let (mut stream, _) = tokio::select! {
             () = &mut shutdown => return,
             accepted = listener.accept() => match accepted {
                 Ok(c) => {
-                    if failing {
-                        tracing::info!("metrics endpoint: accepting connections again");
-                        (delay, failing) = (ACCEPT_BACKOFF.0, false);
-                    }
+                    pause.accepted();
                     c
                 }
-                Err(e) if out_of_resources(&e) => {
-                    if !failing {
-                        failing = true;
-                        tracing::error!(error = %e, "metrics endpoint: cannot accept connections: out of file descriptors; pausing");
-                    }
-                    tokio::select! {
-                        () = &mut shutdown => return,
-                        () = tokio::time::sleep(delay) => {}
-                    }
-                    delay = (delay * 2).min(ACCEPT_BACKOFF.1);
-                    continue;
-                }
                 Err(e) => {
-                    tracing::debug!(error = %e, "metrics endpoint: accept failed");
+                    if let Some(wait) = pause.failed(&e) {
+                        tokio::select! {
+                            () = &mut shutdown => return,
+                            () = tokio::time::sleep(wait) => {}
+                        }
+                    }
                     continue;
                 }
             },
@@ -852,15 +840,61 @@ pub(crate) fn code_name(code: tonic::Code) -> &'static str {
 
 // Shared by the gRPC listener (`server`) and the metrics endpoint.
 
-/// First and longest pause of the accept loop while out of file descriptors.
-pub(crate) const ACCEPT_BACKOFF: (std::time::Duration, std::time::Duration) = (
-    std::time::Duration::from_millis(10),
-    std::time::Duration::from_secs(1),
-);
+/// An accept loop's pause while the process is out of file descriptors or kernel memory:
+/// retrying at once fails again, so the loop waits, 10 ms doubling to 1 s, and logs once per
+/// streak (and once when accepting works again) instead of spinning and filling the log.
+#[derive(Debug)]
+pub(crate) struct AcceptPause {
+    /// How the listener's log lines begin ("" for the gRPC listener).
+    listener: &'static str,
+    delay: std::time::Duration,
+    failing: bool,
+}
 
-/// Whether an accept failed for lack of file descriptors or kernel memory: retrying at once
-/// fails again, so the loop must pause.
-pub(crate) fn out_of_resources(e: &std::io::Error) -> bool {
+impl AcceptPause {
+    const FIRST: std::time::Duration = std::time::Duration::from_millis(10);
+    const LONGEST: std::time::Duration = std::time::Duration::from_secs(1);
+
+    pub(crate) fn new(listener: &'static str) -> AcceptPause {
+        AcceptPause {
+            listener,
+            delay: Self::FIRST,
+            failing: false,
+        }
+    }
+
+    /// An accept succeeded: a streak of failures, if any, is over.
+    pub(crate) fn accepted(&mut self) {
+        if self.failing {
+            tracing::info!("{}accepting connections again", self.listener);
+            (self.delay, self.failing) = (Self::FIRST, false);
+        }
+    }
+
+    /// An accept failed: how long to pause before the next one, or `None` when only that
+    /// connection was lost (reset before it was accepted, and the like).
+    pub(crate) fn failed(&mut self, e: &std::io::Error) -> Option<std::time::Duration> {
+        if !out_of_resources(e) {
+            tracing::debug!(error = %e, "{}accept failed", self.listener);
+            return None;
+        }
+        if !self.failing {
+            self.failing = true;
+            tracing::error!(
+                error = %e,
+                "{}cannot accept connections: out of file descriptors; pausing the accept loop \
+                 (raise the open-files limit, or lower the number of idle connections)",
+                self.listener
+            );
+        }
+        let pause = self.delay;
+        self.delay = (self.delay * 2).min(Self::LONGEST);
+        Some(pause)
+    }
+}
+
+/// Whether an accept failed for lack of file descriptors or kernel memory.
+fn out_of_resources(e: &std::io::Error) -> bool {
     #[cfg(unix)]
     {
         matches!(

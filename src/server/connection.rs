@@ -28,7 +28,7 @@ use tonic::transport::server::{Connected, TcpConnectInfo};
 
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::telemetry::{ACCEPT_BACKOFF, out_of_resources};
+use crate::telemetry::AcceptPause;
 
 /// Idle time before the kernel probes a connection's peer (TCP keepalive).
 const TCP_KEEPALIVE: Duration = Duration::from_secs(60);
@@ -179,8 +179,7 @@ pub struct Incoming {
     handshake_timeout: Duration,
     tls: Option<TlsAcceptor>,
     backoff: Option<Pin<Box<Sleep>>>,
-    delay: Duration,
-    failing: bool,
+    pause: AcceptPause,
 }
 
 /// Resolves once `drain` turns true (never, if its sender is dropped without that).
@@ -207,8 +206,7 @@ pub fn incoming(
         handshake_timeout,
         tls,
         backoff: None,
-        delay: ACCEPT_BACKOFF.0,
-        failing: false,
+        pause: AcceptPause::new(""),
     }
 }
 
@@ -236,27 +234,14 @@ impl tokio_stream::Stream for Incoming {
             };
             match ready!(listener.poll_accept(cx)) {
                 Ok((stream, _peer)) => {
-                    if this.failing {
-                        tracing::info!("accepting connections again");
-                        this.failing = false;
-                        this.delay = ACCEPT_BACKOFF.0;
-                    }
+                    this.pause.accepted();
                     return Poll::Ready(Some(Ok(Conn::new(stream, this))));
                 }
-                Err(e) if out_of_resources(&e) => {
-                    if !this.failing {
-                        this.failing = true;
-                        tracing::error!(
-                            error = %e,
-                            "cannot accept connections: out of file descriptors; pausing the accept loop \
-                             (raise the open-files limit, or lower the number of idle connections)"
-                        );
+                Err(e) => {
+                    if let Some(wait) = this.pause.failed(&e) {
+                        this.backoff = Some(Box::pin(tokio::time::sleep(wait)));
                     }
-                    this.backoff = Some(Box::pin(tokio::time::sleep(this.delay)));
-                    this.delay = (this.delay * 2).min(ACCEPT_BACKOFF.1);
                 }
-                // A connection reset before it was accepted, and the like: only that one is lost.
-                Err(e) => tracing::debug!(error = %e, "accept failed"),
             }
         }
     }
