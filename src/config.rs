@@ -72,6 +72,11 @@ pub struct Config {
     pub search_weak_min_ratio: f32,
     /// At most this many search hits per segment of a message.
     pub search_per_segment: usize,
+    /// A segment's search hits stop before the one that would bring their tools past this
+    /// share of the registry's tools; its best domain is a hit whatever its size.
+    pub search_segment_share: f32,
+    /// The tools a segment's search hits may always bring, however small the registry.
+    pub search_segment_min_tools: usize,
     /// A segment counts only when its best score is at least this share of the message's best.
     pub search_segment_ratio: f32,
     /// How long an idle conversation is remembered.
@@ -179,6 +184,8 @@ impl Default for Config {
             search_min_ratio: search::DEFAULT_MIN_RATIO,
             search_weak_min_ratio: search::DEFAULT_WEAK_MIN_RATIO,
             search_per_segment: search::DEFAULT_PER_SEGMENT,
+            search_segment_share: search::DEFAULT_SEGMENT_SHARE,
+            search_segment_min_tools: search::DEFAULT_SEGMENT_MIN_TOOLS,
             search_segment_ratio: search::DEFAULT_SEGMENT_RATIO,
             conversation_ttl: Duration::from_secs(24 * 3600),
             max_message_bytes: 65_536,
@@ -258,6 +265,8 @@ impl Config {
                 min_ratio: self.search_min_ratio,
                 weak_min_ratio: self.search_weak_min_ratio,
                 per_segment: self.search_per_segment,
+                segment_share: self.search_segment_share,
+                segment_min_tools: self.search_segment_min_tools,
                 segment_ratio: self.search_segment_ratio,
             },
         }
@@ -410,6 +419,7 @@ impl Config {
             ("search_min_ratio", self.search_min_ratio),
             ("search_weak_min_ratio", self.search_weak_min_ratio),
             ("search_segment_ratio", self.search_segment_ratio),
+            ("search_segment_share", self.search_segment_share),
         ] {
             if !(0.0..=1.0).contains(&value) {
                 return Err(Error::Config(format!(
@@ -513,6 +523,7 @@ mod tests {
             ("search_weak_min_ratio", |c| c.search_weak_min_ratio = 1.5),
             ("search_weak_min_ratio", |c| c.search_weak_min_ratio = f32::NAN),
             ("search_segment_ratio", |c| c.search_segment_ratio = 2.0),
+            ("search_segment_share", |c| c.search_segment_share = 1.01),
         ];
         for (key, set) in cases {
             let mut c = Config::default();

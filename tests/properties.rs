@@ -1472,6 +1472,26 @@ proptest! {
             }
         }
     }
+
+    #[test]
+    fn a_smaller_share_of_tools_per_segment_only_takes_search_hits_away(s in scenario()) {
+        let built = Built::new(&s);
+        let inputs = built.inputs();
+        let hits = |segment_share: f32| -> Vec<_> {
+            let mut options = Options::default();
+            options.search.segment_share = segment_share;
+            options.search.segment_min_tools = 0;
+            route(inputs, &built.activation, None, &s.message, &options).search.iter().map(|h| h.domain).collect()
+        };
+        let mut previous = hits(1.0);
+        for segment_share in [0.5f32, 0.2, 0.06, 0.0] {
+            let now = hits(segment_share);
+            prop_assert!(now.iter().all(|d| previous.contains(d)), "a smaller share added a hit");
+            // Each sentence or clause keeps its best domain: a message with hits keeps some.
+            prop_assert_eq!(now.is_empty(), previous.is_empty());
+            previous = now;
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

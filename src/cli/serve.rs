@@ -151,16 +151,25 @@ serve_args! {
     #[arg(long, env = "TOOLROUTER_SEARCH")]
     search: Option<crate::search::SearchMode>,
     /// A domain is a search hit when it scores at least this share of its segment's best, in
-    /// the message's best sentence or clause [default: 0.45].
+    /// the message's best sentence or clause [default: 0.48].
     #[arg(long, env = "TOOLROUTER_SEARCH_MIN_RATIO")]
     search_min_ratio: Option<f32>,
     /// The share asked in a sentence or clause that scores nothing against the message's
     /// best; weaker segments ask more, rising from --search-min-ratio to this [default: 0.75].
     #[arg(long, env = "TOOLROUTER_SEARCH_WEAK_MIN_RATIO")]
     search_weak_min_ratio: Option<f32>,
-    /// At most this many search hits per sentence or clause [default: 8].
+    /// At most this many search hits per sentence or clause [default: 12].
     #[arg(long, env = "TOOLROUTER_SEARCH_PER_SEGMENT")]
     search_per_segment: Option<usize>,
+    /// A sentence or clause's search hits, best first, stop before the one that would bring
+    /// their tools past this share of the registry's tools or --search-segment-min-tools,
+    /// whichever is more; its best domain always counts [default: 0.08].
+    #[arg(long, env = "TOOLROUTER_SEARCH_SEGMENT_SHARE")]
+    search_segment_share: Option<f32>,
+    /// The tools a sentence or clause's search hits may always bring, however small the
+    /// registry [default: 30].
+    #[arg(long, env = "TOOLROUTER_SEARCH_SEGMENT_MIN_TOOLS")]
+    search_segment_min_tools: Option<usize>,
     /// A sentence or clause counts only when its best score is at least this share of the
     /// message's best [default: 0.2].
     #[arg(long, env = "TOOLROUTER_SEARCH_SEGMENT_RATIO")]

@@ -20,14 +20,19 @@
 //! clauses) on its own, so a message with several requests finds each one's domain. A domain
 //! scores what its best tool scores. Within a segment a domain is a hit when it scores at
 //! least a share of the segment's best domain, at most [`SearchOptions::per_segment`] of
-//! them; a segment counts only when its best is at least [`SearchOptions::segment_ratio`] of
-//! the message's best segment. The share is [`SearchOptions::min_ratio`] in the message's best
-//! segment and rises linearly towards [`SearchOptions::weak_min_ratio`] as a segment's best
+//! them, and only while they bring at most [`SearchOptions::segment_share`] of the registry's
+//! tools or [`SearchOptions::segment_min_tools`], whichever is more (a segment's best domain
+//! always counts); a segment counts only when its best is at
+//! least [`SearchOptions::segment_ratio`] of the message's best segment. The share is
+//! [`SearchOptions::min_ratio`] in the message's best segment and rises linearly towards
+//! [`SearchOptions::weak_min_ratio`] as a segment's best
 //! falls towards nothing against the message's best: a sentence that matches every tool only
 //! loosely ("I need some information for my project") brings its best domain, not the six
 //! nearly as loose behind it, while the request the message is about keeps its runners-up.
 //! Every threshold is relative to the message's own scores, so they carry over between
-//! registries of different sizes, where absolute BM25 scores do not.
+//! registries of different sizes, where absolute BM25 scores do not; the cap in tools carries
+//! over between registries that cut the same tools into few large domains or many small ones,
+//! where a cap in domains does not.
 
 pub mod analysis;
 mod build;
@@ -98,6 +103,13 @@ pub struct SearchOptions {
     pub weak_min_ratio: f32,
     /// At most this many domains per segment.
     pub per_segment: usize,
+    /// A segment's hits, best first, stop before the one that would bring their tools past
+    /// this share of the registry's tools (0..=1) or `segment_min_tools`, whichever is more;
+    /// its best domain is a hit whatever its size.
+    pub segment_share: f32,
+    /// The tools a segment's hits may always bring, however small the registry: beside a
+    /// segment's best domain there is room for its runners-up where sending them costs little.
+    pub segment_min_tools: usize,
     /// A segment counts only when its best score is at least this share of the message's
     /// best segment (0..=1): scene-setting sentences ("I'm planning a trip") score low.
     pub segment_ratio: f32,
@@ -126,17 +138,24 @@ impl Default for SearchOptions {
             min_ratio: DEFAULT_MIN_RATIO,
             weak_min_ratio: DEFAULT_WEAK_MIN_RATIO,
             per_segment: DEFAULT_PER_SEGMENT,
+            segment_share: DEFAULT_SEGMENT_SHARE,
+            segment_min_tools: DEFAULT_SEGMENT_MIN_TOOLS,
             segment_ratio: DEFAULT_SEGMENT_RATIO,
         }
     }
 }
 
 /// Default [`SearchOptions::min_ratio`].
-pub(crate) const DEFAULT_MIN_RATIO: f32 = 0.45;
+pub(crate) const DEFAULT_MIN_RATIO: f32 = 0.48;
 /// Default [`SearchOptions::weak_min_ratio`].
 pub(crate) const DEFAULT_WEAK_MIN_RATIO: f32 = 0.75;
 /// Default [`SearchOptions::per_segment`].
-pub(crate) const DEFAULT_PER_SEGMENT: usize = 8;
+pub(crate) const DEFAULT_PER_SEGMENT: usize = 12;
+/// Default [`SearchOptions::segment_share`].
+pub(crate) const DEFAULT_SEGMENT_SHARE: f32 = 0.08;
+/// Default [`SearchOptions::segment_min_tools`]: a model still picks well among a few dozen
+/// tools; past 30-50 it starts to pick the wrong one.
+pub(crate) const DEFAULT_SEGMENT_MIN_TOOLS: usize = 30;
 /// The weight of the word-pair field against the description.
 pub(crate) const PAIR_WEIGHT: f32 = 0.75;
 /// Default [`SearchOptions::segment_ratio`].
@@ -447,6 +466,12 @@ impl Scratch {
 }
 
 impl SearchIndex {
+    /// How many tools a domain has.
+    fn domain_size(&self, domain: DomainId) -> u32 {
+        let d = domain.index();
+        self.domain_start[d + 1] - self.domain_start[d]
+    }
+
     /// Whether a term is a word pair (pairs explain nothing a word does not).
     fn is_pair(&self, term: TermId) -> bool {
         term as usize >= self.term_words.len()
@@ -836,14 +861,18 @@ impl SearchIndex {
         // Per domain, its best candidate among the segments that count (the first of equal
         // scores), and that segment's terms; the words its tool matched only for those.
         let message_top = found.iter().map(|(top, _, _)| *top).fold(0f32, f32::max);
+        let tool_cap =
+            (options.segment_share * self.tool_domain.len() as f32).max(options.segment_min_tools as f32);
         for (top, segment_candidates, segment_terms) in found.iter() {
             if *top < options.segment_ratio * message_top {
                 continue;
             }
             let floor = options.segment_floor(*top, message_top) * top;
-            for &(domain, score, tool) in &candidates[segment_candidates.clone()] {
-                if score < floor {
-                    // Candidates are sorted by score, best first.
+            let mut tools = 0;
+            for (k, &(domain, score, tool)) in candidates[segment_candidates.clone()].iter().enumerate() {
+                // Candidates are sorted by score, best first.
+                tools += self.domain_size(domain);
+                if score < floor || (k > 0 && tools as f32 > tool_cap) {
                     break;
                 }
                 match best.iter_mut().find(|h| h.0 == domain) {

@@ -123,6 +123,7 @@ fn segment_scores(index: &SearchIndex, segment: &str) -> Vec<(DomainId, f32)> {
         min_ratio: 0.0,
         weak_min_ratio: 0.0,
         per_segment: usize::MAX,
+        segment_share: 1.0,
         segment_ratio: 0.0,
         ..SearchOptions::default()
     };
@@ -138,8 +139,15 @@ fn segment_scores(index: &SearchIndex, segment: &str) -> Vec<(DomainId, f32)> {
 /// The hits the module documentation describes, from each segment's scores: per segment
 /// that counts, the best `per_segment` domains at or above `min_ratio` of its best, then
 /// those at or above its own share, which rises from `min_ratio` to `weak_min_ratio` as the
-/// segment's best falls against the message's best.
-fn described_hits(segments: &[Vec<(DomainId, f32)>], o: &SearchOptions) -> Vec<DomainId> {
+/// segment's best falls against the message's best, while their tools (`size` of each)
+/// stay within `segment_share` of the registry's `tools` or `segment_min_tools`, whichever
+/// is more, its best domain always.
+fn described_hits(
+    segments: &[Vec<(DomainId, f32)>],
+    o: &SearchOptions,
+    size: impl Fn(DomainId) -> usize,
+    tools: usize,
+) -> Vec<DomainId> {
     let top = |s: &Vec<(DomainId, f32)>| s.first().map_or(0.0, |h| h.1);
     let message_top = segments.iter().map(top).fold(0f32, f32::max);
     let mut hits: Vec<DomainId> = Vec::new();
@@ -149,11 +157,17 @@ fn described_hits(segments: &[Vec<(DomainId, f32)>], o: &SearchOptions) -> Vec<D
             continue;
         }
         let share = o.min_ratio + (o.weak_min_ratio - o.min_ratio).max(0.0) * (1.0 - t / message_top);
+        let mut sent = 0;
         hits.extend(
             s.iter()
                 .filter(|h| h.1 >= o.min_ratio * t)
                 .take(o.per_segment)
-                .filter(|h| h.1 >= share * t)
+                .take_while(|h| h.1 >= share * t)
+                .take_while(|h| {
+                    sent += size(h.0);
+                    sent == size(h.0)
+                        || sent as f32 <= (o.segment_share * tools as f32).max(o.segment_min_tools as f32)
+                })
                 .map(|h| h.0),
         );
     }
@@ -163,7 +177,7 @@ fn described_hits(segments: &[Vec<(DomainId, f32)>], o: &SearchOptions) -> Vec<D
 }
 
 #[test]
-fn a_weaker_segment_asks_more_of_its_domains() {
+fn a_weaker_segment_asks_more_of_its_domains_and_a_segment_brings_a_bounded_share_of_tools() {
     let (registry, index) = index();
     let messages: &[&[&str]] = &[
         &["weather forecast for the city", "plan the beds"],
@@ -179,18 +193,32 @@ fn a_weaker_segment_asks_more_of_its_domains() {
     let options: Vec<SearchOptions> = [(0.5, 0.5), (0.5, 0.3), (0.45, 0.75), (0.3, 0.9), (0.2, 1.0)]
         .iter()
         .flat_map(|&(min_ratio, weak_min_ratio)| {
-            [(8, 0.0), (1, 0.0), (8, 0.5)].map(|(per_segment, segment_ratio)| SearchOptions {
-                min_ratio,
-                weak_min_ratio,
-                per_segment,
-                segment_ratio,
-                ..SearchOptions::default()
+            [
+                (8, 1.0, 0, 0.0),
+                (1, 1.0, 0, 0.0),
+                (8, 1.0, 0, 0.5),
+                (8, 0.3, 0, 0.0),
+                (8, 0.0, 0, 0.0),
+                (8, 0.0, 2, 0.0),
+                (8, 0.1, 5, 0.0),
+            ]
+            .map(|(per_segment, segment_share, segment_min_tools, segment_ratio)| {
+                SearchOptions {
+                    min_ratio,
+                    weak_min_ratio,
+                    per_segment,
+                    segment_share,
+                    segment_min_tools,
+                    segment_ratio,
+                    ..SearchOptions::default()
+                }
             })
         })
         .collect();
     let names =
         |hits: &[DomainId]| -> Vec<&str> { hits.iter().map(|&d| registry.domain(d).name.as_str()).collect() };
-    let mut weakness_mattered = false;
+    let size = |d: DomainId| registry.domain(d).tools.len();
+    let (mut weakness_mattered, mut share_mattered) = (false, false);
     for segments in messages {
         let scores: Vec<_> = segments.iter().map(|s| segment_scores(&index, s)).collect();
         let message = segments.join(". ");
@@ -200,22 +228,48 @@ fn a_weaker_segment_asks_more_of_its_domains() {
                 .iter()
                 .map(|h| h.domain)
                 .collect();
-            let want = described_hits(&scores, o);
+            let want = described_hits(&scores, o, size, registry.tool_count());
             assert_eq!(names(&got), names(&want), "{message:?} with {o:?}");
             // Asking no more of weak segments than of the best one is the plain ratio.
             let plain = SearchOptions {
                 weak_min_ratio: o.min_ratio,
                 ..*o
             };
-            let before = described_hits(&scores, &plain);
+            let before = described_hits(&scores, &plain, size, registry.tool_count());
             assert!(
                 want.iter().all(|d| before.contains(d)),
                 "{message:?}: a stricter share added a hit"
             );
             weakness_mattered |= want != before;
+            // A cap in tools only takes hits away, never a segment's best.
+            let uncapped = described_hits(
+                &scores,
+                &SearchOptions {
+                    segment_share: 1.0,
+                    ..*o
+                },
+                size,
+                registry.tool_count(),
+            );
+            assert!(
+                want.iter().all(|d| uncapped.contains(d)),
+                "{message:?}: a cap in tools added a hit"
+            );
+            let message_top = scores
+                .iter()
+                .filter_map(|s| s.first())
+                .map(|b| b.1)
+                .fold(0f32, f32::max);
+            let mut bests = scores.iter().filter_map(|s| s.first());
+            assert!(
+                bests.all(|b| b.1 < o.segment_ratio * message_top || want.contains(&b.0)),
+                "{message:?}: a cap in tools took a segment's best"
+            );
+            share_mattered |= want != uncapped;
         }
     }
     assert!(weakness_mattered, "no case where a weak segment lost a domain");
+    assert!(share_mattered, "no case where the cap in tools took a domain");
 }
 
 /// Words around the 15-byte edge of the packed keys, words that differ only in length or
