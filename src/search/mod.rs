@@ -105,7 +105,9 @@ pub struct SearchOptions {
     pub per_segment: usize,
     /// A segment's hits, best first, stop before the one that would bring their tools past
     /// this share of the registry's tools (0..=1) or `segment_min_tools`, whichever is more;
-    /// its best domain is a hit whatever its size.
+    /// its best domain is a hit whatever its size. A domain counts all its tools in the
+    /// registry (the index's), whatever a profile or disabled tools leave of them, so the
+    /// cap is the same for every caller.
     pub segment_share: f32,
     /// The tools a segment's hits may always bring, however small the registry: beside a
     /// segment's best domain there is room for its runners-up where sending them costs little.
