@@ -73,7 +73,8 @@ pub struct Config {
     /// At most this many search hits per segment of a message.
     pub search_per_segment: usize,
     /// A segment's search hits stop before the one that would bring their tools past this
-    /// share of the registry's tools; its best domain is a hit whatever its size.
+    /// share of the registry's tools; the segment's best domain itself is a hit whatever its
+    /// size.
     pub search_segment_share: f32,
     /// The tools a segment's search hits may always bring, however small the registry.
     pub search_segment_min_tools: usize,

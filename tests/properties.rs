@@ -1487,8 +1487,6 @@ proptest! {
         for segment_share in [0.5f32, 0.2, 0.06, 0.0] {
             let now = hits(segment_share);
             prop_assert!(now.iter().all(|d| previous.contains(d)), "a smaller share added a hit");
-            // Each sentence or clause keeps its best domain: a message with hits keeps some.
-            prop_assert_eq!(now.is_empty(), previous.is_empty());
             previous = now;
         }
     }

@@ -163,7 +163,7 @@ serve_args! {
     search_per_segment: Option<usize>,
     /// A sentence or clause's search hits, best first, stop before the one that would bring
     /// their tools past this share of the registry's tools or --search-segment-min-tools,
-    /// whichever is more; its best domain always counts [default: 0.08].
+    /// whichever is more; the segment's best domain itself always counts [default: 0.08].
     #[arg(long, env = "TOOLROUTER_SEARCH_SEGMENT_SHARE")]
     search_segment_share: Option<f32>,
     /// The tools a sentence or clause's search hits may always bring, however small the

@@ -21,8 +21,8 @@
 //! scores what its best tool scores. Within a segment a domain is a hit when it scores at
 //! least a share of the segment's best domain, at most [`SearchOptions::per_segment`] of
 //! them, and only while they bring at most [`SearchOptions::segment_share`] of the registry's
-//! tools or [`SearchOptions::segment_min_tools`], whichever is more (a segment's best domain
-//! always counts); a segment counts only when its best is at
+//! tools or [`SearchOptions::segment_min_tools`], whichever is more (the segment's best domain
+//! itself always counts; no runner-up stands in for a best that is no candidate); a segment counts only when its best is at
 //! least [`SearchOptions::segment_ratio`] of the message's best segment. The share is
 //! [`SearchOptions::min_ratio`] in the message's best segment and rises linearly towards
 //! [`SearchOptions::weak_min_ratio`] as a segment's best
@@ -105,7 +105,8 @@ pub struct SearchOptions {
     pub per_segment: usize,
     /// A segment's hits, best first, stop before the one that would bring their tools past
     /// this share of the registry's tools (0..=1) or `segment_min_tools`, whichever is more;
-    /// its best domain is a hit whatever its size. A domain counts all its tools in the
+    /// the segment's best domain itself is a hit whatever its size (a runner-up behind a best
+    /// that is no candidate is capped like the rest). A domain counts all its tools in the
     /// registry (the index's), whatever a profile or disabled tools leave of them, so the
     /// cap is the same for every caller.
     pub segment_share: f32,
@@ -871,10 +872,12 @@ impl SearchIndex {
             }
             let floor = options.segment_floor(*top, message_top) * top;
             let mut tools = 0;
-            for (k, &(domain, score, tool)) in candidates[segment_candidates.clone()].iter().enumerate() {
-                // Candidates are sorted by score, best first.
+            for &(domain, score, tool) in &candidates[segment_candidates.clone()] {
+                // Candidates are sorted by score, best first. Only the segment's best domain
+                // itself passes whatever its size: when that is no candidate (a keyword hit,
+                // inactive, hidden), the runner-up behind it is capped like the others.
                 tools += self.domain_size(domain);
-                if score < floor || (k > 0 && tools as f32 > tool_cap) {
+                if score < floor || (score < *top && tools as f32 > tool_cap) {
                     break;
                 }
                 match best.iter_mut().find(|h| h.0 == domain) {

@@ -141,7 +141,7 @@ fn segment_scores(index: &SearchIndex, segment: &str) -> Vec<(DomainId, f32)> {
 /// those at or above its own share, which rises from `min_ratio` to `weak_min_ratio` as the
 /// segment's best falls against the message's best, while their tools (`size` of each)
 /// stay within `segment_share` of the registry's `tools` or `segment_min_tools`, whichever
-/// is more, its best domain always.
+/// is more, the segment's best domain itself always.
 fn described_hits(
     segments: &[Vec<(DomainId, f32)>],
     o: &SearchOptions,
@@ -165,7 +165,7 @@ fn described_hits(
                 .take_while(|h| h.1 >= share * t)
                 .take_while(|h| {
                     sent += size(h.0);
-                    sent == size(h.0)
+                    h.1 >= t
                         || sent as f32 <= (o.segment_share * tools as f32).max(o.segment_min_tools as f32)
                 })
                 .map(|h| h.0),
@@ -270,6 +270,61 @@ fn a_weaker_segment_asks_more_of_its_domains_and_a_segment_brings_a_bounded_shar
     }
     assert!(weakness_mattered, "no case where a weak segment lost a domain");
     assert!(share_mattered, "no case where the cap in tools took a domain");
+}
+
+#[test]
+fn the_cap_in_tools_spares_only_the_segments_best_itself_and_keeps_hits_that_reach_it_exactly() {
+    let (registry, index) = index();
+    let message = "weather forecast";
+    // Every domain that scores, best first: here three of one tool each.
+    let scores = segment_scores(&index, message);
+    let ranked: Vec<DomainId> = scores.iter().map(|s| s.0).collect();
+    assert_eq!(ranked.len(), 3, "{scores:?}");
+    assert!(ranked.iter().all(|&d| registry.domain(d).tools.len() == 1));
+    let best = ranked[0];
+    let capped = |segment_min_tools: usize| SearchOptions {
+        min_ratio: 0.0,
+        weak_min_ratio: 0.0,
+        per_segment: usize::MAX,
+        segment_share: 0.0,
+        segment_min_tools,
+        segment_ratio: 0.0,
+        ..SearchOptions::default()
+    };
+    let hits = |o: &SearchOptions, eligible: &dyn Fn(DomainId) -> bool| -> Vec<DomainId> {
+        let mut got: Vec<DomainId> = index
+            .domain_hits(message, o, None, eligible)
+            .iter()
+            .map(|h| h.domain)
+            .collect();
+        got.sort();
+        got
+    };
+    let sorted = |mut d: Vec<DomainId>| {
+        d.sort();
+        d
+    };
+    // (minimum tools, whether the best is a candidate, hits)
+    let cases = [
+        // A cap of nothing: the best alone, whatever its size.
+        (0, true, vec![best]),
+        // The best is no candidate (a keyword hit, inactive, hidden): the runner-up behind it
+        // is capped like the others, not spared in its place.
+        (0, false, vec![]),
+        (1, false, vec![ranked[1]]),
+        // Hits whose tools reach the cap exactly are kept; one more is not.
+        (2, true, sorted(ranked[..2].to_vec())),
+        (2, false, sorted(ranked[1..3].to_vec())),
+        (3, true, sorted(ranked.clone())),
+    ];
+    for (min_tools, best_is_candidate, want) in cases {
+        let eligible = |d: DomainId| best_is_candidate || d != best;
+        assert_eq!(
+            hits(&capped(min_tools), &eligible),
+            want,
+            "min tools {min_tools}, best a candidate: {best_is_candidate}"
+        );
+    }
 }
 
 /// Words around the 15-byte edge of the packed keys, words that differ only in length or
