@@ -513,27 +513,12 @@ where
                         // Health probes and reflection are frequent and say little.
                         tracing::debug!(method = %method, code = code_name, latency_ms, "call");
                     } else {
-                        let none = CallSummary::default();
-                        let s = summary.unwrap_or(&none);
-                        // JSON text, so the JSON log format can embed it as a real array.
-                        let domains = s.domains.as_deref().map_or("[]", RoutedDomains::json);
-                        let groups = if s.groups.is_empty() {
-                            std::borrow::Cow::Borrowed("[]")
-                        } else {
-                            std::borrow::Cow::Owned(serde_json::to_string(&s.groups).unwrap_or_default())
-                        };
-                        tracing::info!(
-                            method = %method,
-                            code = code_name,
+                        CallLine {
+                            method: method.into_owned(),
                             latency_ms,
-                            conversation = s.conversation.as_deref().unwrap_or(""),
-                            tools = s.tools.unwrap_or(0),
-                            tokens = s.tokens.map_or(0, |(t, _)| t),
-                            domains = %domains,
-                            fallback = s.fallback.unwrap_or(false),
-                            groups = %groups,
-                            "call"
-                        );
+                            summary: summary.cloned().unwrap_or_default(),
+                        }
+                        .write_after_the_answer();
                     }
                 }
                 Err(e) => {
@@ -550,6 +535,52 @@ where
             }
             result
         })
+    }
+}
+
+/// The info line of a call that succeeded. It is written after the answer's bytes leave
+/// (formatting and writing it is a few microseconds, a large answer's turn-around at low
+/// concurrency), and written when dropped, so a line whose task the runtime drops at exit
+/// is written then: none is lost.
+struct CallLine {
+    method: String,
+    latency_ms: f64,
+    summary: CallSummary,
+}
+
+impl CallLine {
+    /// Writes the line once the connection's task has had its turn to send the answer: the
+    /// task that writes it first yields, which puts it behind the tasks already woken.
+    fn write_after_the_answer(self) {
+        tokio::spawn(async move {
+            tokio::task::yield_now().await;
+            drop(self);
+        });
+    }
+}
+
+impl Drop for CallLine {
+    fn drop(&mut self) {
+        let s = &self.summary;
+        // JSON text, so the JSON log format can embed it as a real array.
+        let domains = s.domains.as_deref().map_or("[]", RoutedDomains::json);
+        let groups = if s.groups.is_empty() {
+            std::borrow::Cow::Borrowed("[]")
+        } else {
+            std::borrow::Cow::Owned(serde_json::to_string(&s.groups).unwrap_or_default())
+        };
+        tracing::info!(
+            method = %self.method,
+            code = code_name(tonic::Code::Ok),
+            latency_ms = self.latency_ms,
+            conversation = s.conversation.as_deref().unwrap_or(""),
+            tools = s.tools.unwrap_or(0),
+            tokens = s.tokens.map_or(0, |(t, _)| t),
+            domains = %domains,
+            fallback = s.fallback.unwrap_or(false),
+            groups = %groups,
+            "call"
+        );
     }
 }
 
@@ -1032,6 +1063,54 @@ mod tests {
             .finish();
         tracing::subscriber::with_default(subscriber, &event);
         (blank_time(&ours), blank_time(&reference))
+    }
+
+    #[test]
+    fn a_call_line_is_written_once_after_the_answer_or_when_the_runtime_drops_its_task() {
+        // Whether the task gets its turn before the runtime goes: one line either way.
+        for runs in [true, false] {
+            let lines = Arc::new(std::sync::Mutex::new(Vec::<u8>::new()));
+            let w = Arc::clone(&lines);
+            let subscriber = tracing_subscriber::fmt()
+                .with_ansi(false)
+                .with_writer(move || LineBuf(Arc::clone(&w)))
+                .finish();
+            tracing::subscriber::with_default(subscriber, || {
+                let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+                runtime.block_on(async {
+                    CallLine {
+                        method: "Route".into(),
+                        latency_ms: 0.5,
+                        summary: CallSummary::default(),
+                    }
+                    .write_after_the_answer();
+                    assert!(lines.lock().unwrap().is_empty(), "written before the answer");
+                    if runs {
+                        for _ in 0..4 {
+                            tokio::task::yield_now().await;
+                        }
+                    }
+                });
+                // Dropping the runtime drops a task that never ran.
+                drop(runtime);
+            });
+            let text = String::from_utf8(lines.lock().unwrap().clone()).unwrap();
+            assert_eq!(text.matches(" call ").count(), 1, "runs {runs}: {text}");
+            assert!(text.contains("method=Route"), "{text}");
+        }
+    }
+
+    /// A writer into a shared buffer.
+    struct LineBuf(Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for LineBuf {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
     }
 
     #[test]
