@@ -943,6 +943,7 @@ fn out_of_resources(e: &std::io::Error) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::settings::tests::Captured;
 
     #[test]
     fn method_labels_are_the_served_calls_and_unknown_for_anything_else() {
@@ -1032,23 +1033,12 @@ mod tests {
     /// The lines one `event` gives with `--log-format json`'s event format and with
     /// tracing-subscriber's own JSON format (the reference), timestamps blanked.
     fn json_lines(event: impl Fn()) -> (String, String) {
-        #[derive(Clone, Default)]
-        struct Buf(Arc<std::sync::Mutex<Vec<u8>>>);
-        impl std::io::Write for Buf {
-            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-                self.0.lock().unwrap().extend_from_slice(b);
-                Ok(b.len())
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-        }
-        let blank_time = |buf: &Buf| {
-            let text = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+        let blank_time = |buf: &Captured| {
+            let text = buf.text();
             let at = text.find("\",\"level\"").unwrap();
             format!("{{\"timestamp\":\"T{}", &text[at..])
         };
-        let (ours, reference) = (Buf::default(), Buf::default());
+        let (ours, reference) = (Captured::default(), Captured::default());
         let w = ours.clone();
         let subscriber = tracing_subscriber::fmt()
             .json()
@@ -1069,47 +1059,29 @@ mod tests {
     fn a_call_line_is_written_once_after_the_answer_or_when_the_runtime_drops_its_task() {
         // Whether the task gets its turn before the runtime goes: one line either way.
         for runs in [true, false] {
-            let lines = Arc::new(std::sync::Mutex::new(Vec::<u8>::new()));
-            let w = Arc::clone(&lines);
-            let subscriber = tracing_subscriber::fmt()
-                .with_ansi(false)
-                .with_writer(move || LineBuf(Arc::clone(&w)))
-                .finish();
-            tracing::subscriber::with_default(subscriber, || {
-                let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
-                runtime.block_on(async {
-                    CallLine {
-                        method: "Route".into(),
-                        latency_ms: 0.5,
-                        summary: CallSummary::default(),
+            let (logs, default) = Captured::on_this_thread();
+            let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+            runtime.block_on(async {
+                CallLine {
+                    method: "Route".into(),
+                    latency_ms: 0.5,
+                    summary: CallSummary::default(),
+                }
+                .write_after_the_answer();
+                assert!(logs.text().is_empty(), "written before the answer");
+                if runs {
+                    for _ in 0..4 {
+                        tokio::task::yield_now().await;
                     }
-                    .write_after_the_answer();
-                    assert!(lines.lock().unwrap().is_empty(), "written before the answer");
-                    if runs {
-                        for _ in 0..4 {
-                            tokio::task::yield_now().await;
-                        }
-                    }
-                });
-                // Dropping the runtime drops a task that never ran.
-                drop(runtime);
+                    assert!(!logs.text().is_empty(), "not written once its task ran");
+                }
             });
-            let text = String::from_utf8(lines.lock().unwrap().clone()).unwrap();
+            // Dropping the runtime drops a task that never ran.
+            drop(runtime);
+            drop(default);
+            let text = logs.text();
             assert_eq!(text.matches(" call ").count(), 1, "runs {runs}: {text}");
             assert!(text.contains("method=Route"), "{text}");
-        }
-    }
-
-    /// A writer into a shared buffer.
-    struct LineBuf(Arc<std::sync::Mutex<Vec<u8>>>);
-
-    impl std::io::Write for LineBuf {
-        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(b);
-            Ok(b.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
         }
     }
 
