@@ -489,7 +489,7 @@ where
             let elapsed = started.elapsed();
             let method = logged_method(&path);
             let latency_ms = elapsed.as_secs_f64() * 1000.0;
-            match &result {
+            match &mut result {
                 Ok(response) => {
                     // A unary error is a trailers-only answer: its status is in the headers.
                     // Without one the call succeeded (OK travels in the trailers).
@@ -513,10 +513,11 @@ where
                         // Health probes and reflection are frequent and say little.
                         tracing::debug!(method = %method, code = code_name, latency_ms, "call");
                     } else {
+                        // The summary is the log line's now; nothing reads it after this.
                         CallLine {
                             method: method.into_owned(),
                             latency_ms,
-                            summary: summary.cloned().unwrap_or_default(),
+                            summary: response.extensions_mut().remove().unwrap_or_default(),
                         }
                         .write_after_the_answer();
                     }
