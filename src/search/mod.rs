@@ -22,8 +22,9 @@
 //! least a share of the segment's best domain, at most [`SearchOptions::per_segment`] of
 //! them, and only while they bring at most [`SearchOptions::segment_share`] of the registry's
 //! tools or [`SearchOptions::segment_min_tools`], whichever is more (the segment's best domain
-//! itself always counts; no runner-up stands in for a best that is no candidate); a segment counts only when its best is at
-//! least [`SearchOptions::segment_ratio`] of the message's best segment. The share is
+//! itself always counts; no runner-up stands in for a best that is no candidate); a segment
+//! counts only when its best is at least [`SearchOptions::segment_ratio`] of the message's
+//! best segment. The share is
 //! [`SearchOptions::min_ratio`] in the message's best segment and rises linearly towards
 //! [`SearchOptions::weak_min_ratio`] as a segment's best
 //! falls towards nothing against the message's best: a sentence that matches every tool only

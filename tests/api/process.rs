@@ -363,31 +363,29 @@ async fn a_tls_certificate_out_of_date_is_a_warning_in_the_log() {
 #[tokio::test]
 async fn bad_database_urls_and_tls_files_are_bad_configuration_exit_2() {
     let dir = temp_dir();
+    // A file of `text` in the folder: its path.
+    let file = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path.to_str().unwrap().to_string()
+    };
     let missing = dir.path().join("missing.pem");
     let missing = missing.to_str().unwrap();
-    let garbage = dir.path().join("garbage.pem");
-    std::fs::write(&garbage, "not a certificate").unwrap();
-    let garbage = garbage.to_str().unwrap();
+    let garbage = &file("garbage.pem", "not a certificate");
     let (_, cert, key) = certificates(dir.path());
     let (cert, key) = (cert.to_str().unwrap(), key.to_str().unwrap());
     let other = dir.path().join("other");
     std::fs::create_dir(&other).unwrap();
     let (_, other_cert, _) = certificates(&other);
     let other_cert = other_cert.to_str().unwrap();
-    let encrypted = dir.path().join("encrypted.pem");
-    std::fs::write(
-        &encrypted,
+    let encrypted = &file(
+        "encrypted.pem",
         "-----BEGIN ENCRYPTED PRIVATE KEY-----\nMIIBvTBXBgkqhkiG9w0BBQ0wSjApBgkqhkiG\n-----END ENCRYPTED PRIVATE KEY-----\n",
-    )
-    .unwrap();
-    let encrypted = encrypted.to_str().unwrap();
-    let broken = dir.path().join("broken.pem");
-    std::fs::write(
-        &broken,
+    );
+    let broken = &file(
+        "broken.pem",
         "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n",
-    )
-    .unwrap();
-    let broken = broken.to_str().unwrap();
+    );
     let database_cases: [(&[&str], &str); 3] = [
         (
             &["--database", "mysql://x/y"],
