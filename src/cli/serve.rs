@@ -317,6 +317,8 @@ pub(super) async fn serve(args: &ServeArgs) -> Result<(), Failure> {
         Ok(limit) => tracing::info!(limit, "open-files limit"),
         Err(e) => tracing::warn!(error = %e, "cannot raise the open-files limit"),
     }
+    // Before the daemon is reachable: from here on SIGTERM and Ctrl-C drain it.
+    let shutdown = shutdown_signal();
     let listener = crate::server::bind(config.listen, config.listen_backlog)
         .map_err(|e| Failure::runtime(format!("cannot listen on {}: {e}", config.listen)))?;
     let state = State::new(registry, &config).await?;
@@ -324,7 +326,7 @@ pub(super) async fn serve(args: &ServeArgs) -> Result<(), Failure> {
     let _claim = crate::db::claim(&config.database)?;
     #[cfg(unix)]
     tokio::spawn(reload_on_sighup(hup, state.clone()));
-    crate::server::serve(listener, state, &config, tls, shutdown_signal())
+    crate::server::serve(listener, state, &config, tls, shutdown)
         .await
         .map_err(|e| Failure::runtime(format!("server failed: {e}")))
 }
@@ -347,33 +349,49 @@ async fn reload_on_sighup(hup: std::io::Result<tokio::signal::unix::Signal>, sta
     }
 }
 
-/// Resolves on Ctrl-C or SIGTERM.
-pub async fn shutdown_signal() {
-    let ctrl_c = async {
-        if let Err(e) = tokio::signal::ctrl_c().await {
-            tracing::error!(error = %e, "cannot listen for Ctrl-C");
+/// Resolves on Ctrl-C or SIGTERM, taken from the moment this is called, not from the first
+/// poll: a SIGTERM that comes before its handler is in place takes the default action and
+/// ends the process at once, cutting the calls in flight and the health watchers' last
+/// status. So it is called before the daemon is reachable.
+pub fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
+    #[cfg(unix)]
+    let (interrupt, term) = {
+        use tokio::signal::unix::{SignalKind, signal};
+        (signal(SignalKind::interrupt()), signal(SignalKind::terminate()))
+    };
+    async move {
+        #[cfg(unix)]
+        let (ctrl_c, term) = (received(interrupt, "Ctrl-C"), received(term, "SIGTERM"));
+        #[cfg(not(unix))]
+        let (ctrl_c, term) = (
+            async {
+                if let Err(e) = tokio::signal::ctrl_c().await {
+                    tracing::error!(error = %e, "cannot listen for Ctrl-C");
+                    std::future::pending::<()>().await;
+                }
+            },
+            std::future::pending::<()>(),
+        );
+        tokio::select! {
+            () = ctrl_c => {}
+            () = term => {}
+        }
+        tracing::info!("shutdown requested; finishing in-flight calls");
+    }
+}
+
+/// Resolves when `signal`, already registered, is received; never, if it could not be.
+#[cfg(unix)]
+async fn received(signal: std::io::Result<tokio::signal::unix::Signal>, name: &str) {
+    match signal {
+        Ok(mut s) => {
+            s.recv().await;
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "cannot listen for {name}");
             std::future::pending::<()>().await;
         }
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(e) => {
-                tracing::error!(error = %e, "cannot listen for SIGTERM");
-                std::future::pending::<()>().await;
-            }
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {}
-        () = term => {}
     }
-    tracing::info!("shutdown requested; finishing in-flight calls");
 }
 
 #[cfg(test)]
@@ -391,6 +409,20 @@ mod tests {
             let core: C = v.clone().into();
             assert_eq!(serde_json::to_value(core).unwrap(), flag.get_name());
         }
+    }
+
+    /// A SIGTERM that comes after the daemon is reachable but before the server first polls
+    /// its shutdown signal drains it: were the handler put in place on that first poll, the
+    /// default action would end this test process here.
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn a_sigterm_before_the_shutdown_signal_is_polled_is_taken() {
+        let shutdown = shutdown_signal();
+        // SAFETY: raise sends a signal to this process, which the call above handles.
+        assert_eq!(unsafe { libc::raise(libc::SIGTERM) }, 0);
+        tokio::time::timeout(Duration::from_secs(10), shutdown)
+            .await
+            .expect("the SIGTERM raised before the first poll ends the wait");
     }
 
     #[test]
