@@ -165,9 +165,12 @@ async fn writes_waiting_on_a_lock_leave_connections_for_reads_and_each_answers_i
     let started = std::time::Instant::now();
     let r = app.route("thanks", "a-new-conversation").await;
     assert!(r.fallback);
-    assert!(
-        started.elapsed() < Duration::from_millis(900),
-        "a read waited {:?} for a connection",
+    // A read that had to wait for a connection would get one only when a write gave up.
+    let gave_up = loads.iter().filter(|l| l.is_finished()).count();
+    assert_eq!(
+        gave_up,
+        0,
+        "a read waited {:?} for a connection, until a write gave up",
         started.elapsed()
     );
     for load in loads {
