@@ -455,10 +455,12 @@ async fn run(
     // Ctrl-C or SIGTERM ends the run early, as its end would: each worker deletes the
     // domain it registered, and the report covers the time measured.
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // Taken from here, not from the task's first turn, while the workers already call.
+    let signalled = super::serve::shutdown_signal();
     let interrupt = tokio::spawn({
         let stop = stop.clone();
         async move {
-            super::serve::shutdown_signal().await;
+            signalled.await;
             stop.store(true, std::sync::atomic::Ordering::Relaxed);
         }
     });

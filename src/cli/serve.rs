@@ -349,10 +349,10 @@ async fn reload_on_sighup(hup: std::io::Result<tokio::signal::unix::Signal>, sta
     }
 }
 
-/// Resolves on Ctrl-C or SIGTERM, taken from the moment this is called, not from the first
-/// poll: a SIGTERM that comes before its handler is in place takes the default action and
-/// ends the process at once, cutting the calls in flight and the health watchers' last
-/// status. So it is called before the daemon is reachable.
+/// Resolves on Ctrl-C or SIGTERM, taken (on Unix) from the moment this is called, not from
+/// the first poll: a SIGTERM that comes before its handler is in place takes the default
+/// action and ends the process at once, cutting the calls in flight and the health watchers'
+/// last status. So it is called before the daemon is reachable, inside the runtime.
 pub fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
     #[cfg(unix)]
     let (interrupt, term) = {
