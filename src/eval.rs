@@ -38,14 +38,18 @@ pub struct Labelled {
     pub split: String,
 }
 
-/// Reads a labelled JSONL file; blank lines are skipped.
+/// Reads a labelled JSONL file; blank lines are skipped. A query over `max_message_bytes`
+/// is refused, as the daemon refuses such a message, rather than measured.
 ///
 /// # Errors
-/// An unreadable file, or a line that is not a labelled message (its line number named).
-pub(crate) fn read_labelled(path: &Path) -> Result<Vec<Labelled>> {
-    let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
-        context: format!("cannot read {}", path.display()),
-        source,
+/// An unreadable file, or a line that is not a labelled message or whose query the daemon
+/// would refuse (its line number named); all configuration errors, as a bad manifest is.
+pub(crate) fn read_labelled(path: &Path, max_message_bytes: usize) -> Result<Vec<Labelled>> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        Error::Config(format!(
+            "cannot read the labelled messages {}: {e}",
+            path.display()
+        ))
     })?;
     // Editors on some systems start a file with a byte-order mark; it is not part of a line.
     let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
@@ -66,7 +70,15 @@ pub(crate) fn read_labelled(path: &Path) -> Result<Vec<Labelled>> {
             if !value.is_object() {
                 return Err(bad("a line must be a JSON object".into()));
             }
-            serde_json::from_value(value).map_err(|e| bad(e.to_string()))
+            let labelled: Labelled = serde_json::from_value(value).map_err(|e| bad(e.to_string()))?;
+            if labelled.query.len() > max_message_bytes {
+                return Err(bad(format!(
+                    "the query is {} bytes, over the limit of {max_message_bytes} bytes \
+                     (max_message_bytes): the daemon would refuse it",
+                    labelled.query.len()
+                )));
+            }
+            Ok(labelled)
         })
         .collect::<Result<Vec<Labelled>>>()?;
     if labelled.is_empty() {
@@ -332,7 +344,7 @@ mod tests {
     }
 
     #[test]
-    fn a_labelled_line_with_an_unknown_field_is_refused_naming_its_line() {
+    fn a_labelled_file_that_is_unreadable_or_has_a_bad_line_or_a_query_over_the_limit_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("q.jsonl");
         std::fs::write(
@@ -340,24 +352,43 @@ mod tests {
             "{\"query\": \"a\", \"domains\": [\"x\"]}\n{\"query\": \"b\", \"domains\": [], \"spilt\": \"dev\"}\n",
         )
         .unwrap();
-        let e = read_labelled(&path).unwrap_err().to_string();
+        let e = read_labelled(&path, 1000).unwrap_err().to_string();
         assert!(
             e.contains(":2: not a labelled message") && e.contains("unknown field `spilt`"),
             "{e}"
         );
         std::fs::write(&path, "\u{feff}{\"query\": \"a\", \"domains\": [\"x\"]}\n").unwrap();
         assert_eq!(
-            read_labelled(&path).unwrap().len(),
+            read_labelled(&path, 1000).unwrap().len(),
             1,
             "a byte-order mark is not part of the line"
         );
         std::fs::write(&path, "\n  \n").unwrap();
-        let e = read_labelled(&path).unwrap_err().to_string();
+        let e = read_labelled(&path, 1000).unwrap_err().to_string();
         assert!(e.contains("no labelled message in it"), "{e}");
         std::fs::write(&path, "[\"list docker containers\", [\"docker\"]]\n").unwrap();
-        let e = read_labelled(&path).unwrap_err().to_string();
+        let e = read_labelled(&path, 1000).unwrap_err().to_string();
         assert!(
             e.contains(":1: not a labelled message") && e.contains("a line must be a JSON object"),
+            "{e}"
+        );
+        // A query the daemon would refuse is not measured.
+        let line = |query: &str| format!("{{\"query\": \"{query}\", \"domains\": []}}\n");
+        std::fs::write(&path, line(&"x".repeat(1000)) + &line(&"x".repeat(1001))).unwrap();
+        let e = read_labelled(&path, 1000).unwrap_err();
+        assert!(matches!(e, Error::Config(_)), "{e:?}");
+        assert!(
+            e.to_string()
+                .contains(":2: not a labelled message ({\"query\", \"domains\"}): the query is 1001 bytes, over the limit of 1000 bytes (max_message_bytes)"),
+            "{e}"
+        );
+        // A file that cannot be read is a configuration error too (exit code 2), naming it.
+        let missing = dir.path().join("missing.jsonl");
+        let e = read_labelled(&missing, 1000).unwrap_err();
+        assert!(matches!(e, Error::Config(_)), "{e:?}");
+        assert!(
+            e.to_string().contains("cannot read the labelled messages")
+                && e.to_string().contains("missing.jsonl"),
             "{e}"
         );
     }

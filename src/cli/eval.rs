@@ -28,7 +28,7 @@ pub struct EvalArgs {
 pub(super) fn eval(args: &EvalArgs) -> Result<(), Failure> {
     use crate::eval::Figures;
     let config = args.serve.config()?;
-    let labelled = crate::eval::read_labelled(&args.queries)?;
+    let labelled = crate::eval::read_labelled(&args.queries, config.max_message_bytes)?;
     let manifests = Registry::load(&config.manifests)?;
     // Every domain active, unless a database is named (by flag, environment or config file):
     // then its settings table, and the registry it serves (the manifests' domains and the
