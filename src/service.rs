@@ -31,6 +31,10 @@ pub struct Limits {
 /// stays bounded because it is parsed and validated in full, then kept in memory and stored.
 pub(crate) const MANIFEST_BYTES_PER_MESSAGE_BYTE: usize = 16;
 
+/// The status that ends a `WatchRegistry` stream when the daemon starts draining.
+pub const WATCH_ENDED_BY_SHUTDOWN: &str =
+    "The daemon is shutting down; watch again (another replica, or this one once it is back).";
+
 impl Limits {
     /// Longest accepted `UpsertDomain.manifest_json`, in bytes.
     pub(crate) fn max_manifest_bytes(self) -> usize {
@@ -627,10 +631,12 @@ impl ToolRouter for ToolRouterService {
         // which nothing may have asked for since the last event.
         self.state.view().await;
         let (views, stopping) = self.state.watch();
-        // Ends the stream when the daemon starts draining.
+        // Ends the stream when the daemon starts draining, with UNAVAILABLE (as gRPC tells a
+        // call the server went away), so a consumer knows to watch again, elsewhere or later,
+        // rather than take the end for the daemon having nothing more to say.
         let stop = tokio_stream::wrappers::WatchStream::new(stopping)
             .filter(|&stop| stop)
-            .map(|_| None);
+            .map(|_| Err(Status::unavailable(WATCH_ENDED_BY_SHUTDOWN)));
         // The latest view first, then each change; a slow reader skips to the latest. Each
         // stream tells only what changed for its consumer.
         let mut last: Option<proto::RegistryEvent> = None;
@@ -641,10 +647,16 @@ impl ToolRouter for ToolRouterService {
                     return None;
                 }
                 last = Some(event.clone());
-                Some(Some(Ok(event)))
+                Some(Ok(event))
             })
             .merge(stop)
-            .map_while(|event| event);
+            // Nothing after the status that ends it.
+            .map_while({
+                let mut ended = false;
+                move |item: Result<proto::RegistryEvent, Status>| {
+                    (!std::mem::replace(&mut ended, item.is_err())).then_some(item)
+                }
+            });
         Ok(Response::new(Box::pin(events)))
     }
 

@@ -563,23 +563,20 @@ impl CallLine {
 impl Drop for CallLine {
     fn drop(&mut self) {
         let s = &self.summary;
-        // JSON text, so the JSON log format can embed it as a real array.
-        let domains = s.domains.as_deref().map_or("[]", RoutedDomains::json);
-        let groups = if s.groups.is_empty() {
-            std::borrow::Cow::Borrowed("[]")
-        } else {
-            std::borrow::Cow::Owned(serde_json::to_string(&s.groups).unwrap_or_default())
-        };
+        // Only the fields the call has (a `None` is not written): `SearchTools` sent no
+        // tools, it did not send 0. Lists as JSON text, so the JSON log format can embed
+        // them as real arrays.
+        let groups = (!s.groups.is_empty()).then(|| serde_json::to_string(&s.groups).unwrap_or_default());
         tracing::info!(
             method = %self.method,
             code = code_name(tonic::Code::Ok),
             latency_ms = self.latency_ms,
             conversation = s.conversation.as_deref().unwrap_or(""),
-            tools = s.tools.unwrap_or(0),
-            tokens = s.tokens.map_or(0, |(t, _)| t),
-            domains = %domains,
-            fallback = s.fallback.unwrap_or(false),
-            groups = %groups,
+            tools = s.tools,
+            tokens = s.tokens.map(|(t, _)| t),
+            domains = s.domains.as_deref().map(|d| tracing::field::display(d.json())),
+            fallback = s.fallback,
+            groups = groups.as_deref().map(tracing::field::display),
             "call"
         );
     }
@@ -699,6 +696,72 @@ where
             embed_json_field(&mut line, name);
         }
         writer.write_str(&line)
+    }
+}
+
+/// The `--log-format text` event format: tracing-subscriber's text format (`F`, which
+/// decides on colour itself), with the line breaks an event's fields hold written as `\n`
+/// and `\r`, so that one event is one line (SPEC §11) whatever it carries (the problems of
+/// a refused manifest, one per line in the caller's status, as a failed call's cause). An
+/// event without one is written exactly as `F` writes it.
+pub(crate) struct TextLogFormat<F>(pub F);
+
+impl<S, N, F> FormatEvent<S, N> for TextLogFormat<F>
+where
+    F: FormatEvent<S, N>,
+    S: tracing::Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        ctx: &FmtContext<'_, S, N>,
+        mut writer: Writer<'_>,
+        event: &tracing::Event<'_>,
+    ) -> std::fmt::Result {
+        let mut line = OneLine {
+            inner: &mut writer,
+            held: false,
+        };
+        self.0.format_event(ctx, Writer::new(&mut line), event)?;
+        if line.held {
+            writer.write_char('\n')?;
+        }
+        Ok(())
+    }
+}
+
+/// Writes through to `inner` with every `\r` and every `\n` but the last escaped: a
+/// trailing `\n` is held back until more text follows it (then escaped) or the event ends
+/// (then written).
+struct OneLine<'a, 'w> {
+    inner: &'a mut Writer<'w>,
+    held: bool,
+}
+
+impl std::fmt::Write for OneLine<'_, '_> {
+    fn write_str(&mut self, text: &str) -> std::fmt::Result {
+        if text.is_empty() {
+            return Ok(());
+        }
+        if std::mem::take(&mut self.held) {
+            self.inner.write_str("\\n")?;
+        }
+        let (mut rest, held) = match text.strip_suffix('\n') {
+            Some(body) => (body, true),
+            None => (text, false),
+        };
+        while let Some(at) = memchr::memchr2(b'\n', b'\r', rest.as_bytes()) {
+            self.inner.write_str(&rest[..at])?;
+            self.inner.write_str(if rest.as_bytes()[at] == b'\n' {
+                "\\n"
+            } else {
+                "\\r"
+            })?;
+            rest = &rest[at + 1..];
+        }
+        self.inner.write_str(rest)?;
+        self.held = held;
+        Ok(())
     }
 }
 
@@ -1125,6 +1188,61 @@ mod tests {
         embed_json_field(&mut want, "domains");
         assert_eq!(ours, want);
         assert!(ours.contains(r#""spans":[{"id":7,"name":"outer"}]"#), "{ours}");
+    }
+
+    /// The text one `event` gives with `--log-format text`'s event format and with
+    /// tracing-subscriber's own, timestamps left out, with colour codes or without.
+    fn text_lines(ansi: bool, event: impl Fn()) -> (String, String) {
+        let (ours, reference) = (Captured::default(), Captured::default());
+        let w = ours.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .event_format(TextLogFormat(
+                tracing_subscriber::fmt::format().without_time().with_ansi(ansi),
+            ))
+            .with_writer(move || w.clone())
+            .finish();
+        tracing::subscriber::with_default(subscriber, &event);
+        let w = reference.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .without_time()
+            .with_ansi(ansi)
+            .with_writer(move || w.clone())
+            .finish();
+        tracing::subscriber::with_default(subscriber, &event);
+        (ours.text(), reference.text())
+    }
+
+    #[test]
+    fn a_text_log_line_is_one_line_whatever_its_fields_hold() {
+        // A failed call's cause listing a refused manifest's problems, one per line.
+        let cause = "The domain is refused; nothing changed.\nmanifest_json:1:1: malformed JSON\r\nnext";
+        let (ours, reference) = text_lines(false, || {
+            tracing::warn!(method = %"UpsertDomain", cause = %cause, "call failed");
+        });
+        assert_eq!(reference.lines().count(), 3, "{reference}");
+        assert_eq!(ours.matches('\n').count(), 1, "{ours}");
+        assert!(ours.ends_with('\n'), "{ours}");
+        assert!(!ours.contains('\r'), "{ours}");
+        assert_eq!(
+            ours,
+            reference.replace("\r", "\\r").replacen('\n', "\\n", 2),
+            "the same line, its breaks escaped"
+        );
+        // Breaks in the message, and at the end of a field's text, are escaped too.
+        let (ours, _) = text_lines(false, || tracing::info!(note = %"ends\n", "two\nlines"));
+        assert!(
+            ours.contains("two\\nlines") && ours.contains("note=ends\\n"),
+            "{ours}"
+        );
+        assert_eq!(ours.matches('\n').count(), 1, "{ours}");
+        // Without a break: exactly tracing-subscriber's line, in colour on a terminal too.
+        for ansi in [false, true] {
+            let (ours, reference) = text_lines(ansi, || {
+                tracing::info!(target: "toolrouter::telemetry", method = %"Route", domains = %r#"["a:core"]"#, "call");
+            });
+            assert_eq!(ours, reference);
+            assert_eq!(ours.contains('\u{1b}'), ansi, "{ours}");
+        }
     }
 
     #[test]

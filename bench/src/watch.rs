@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use toolrouter::proto::WatchRegistryRequest;
 use toolrouter::proto::tool_router_client::ToolRouterClient;
+use toolrouter::service::WATCH_ENDED_BY_SHUTDOWN;
 use toolrouter::{Error, Result};
 
 /// What the watchers saw.
@@ -19,7 +20,7 @@ pub struct Watched {
 }
 
 /// Opens `streams` streams on the daemon at `addr` and reads them until the daemon ends
-/// them (it starts draining), reading each event `pause` after the previous one (a slow
+/// them (it starts draining: UNAVAILABLE, saying so), reading each event `pause` after the previous one (a slow
 /// consumer). A stream that fails with an error, or ends before its first event, fails all.
 ///
 /// # Errors
@@ -45,6 +46,12 @@ pub async fn watch(addr: &str, streams: usize, pause: Duration) -> Result<Watche
                 match stream.message().await {
                     Ok(Some(_)) => events += 1,
                     Ok(None) => break,
+                    // How the daemon ends each stream when it starts draining.
+                    Err(s)
+                        if s.code() == tonic::Code::Unavailable && s.message() == WATCH_ENDED_BY_SHUTDOWN =>
+                    {
+                        break;
+                    }
                     Err(s) => return Err(format!("stream {i}: {:?}: {}", s.code(), s.message())),
                 }
                 tokio::time::sleep(pause).await;

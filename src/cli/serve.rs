@@ -259,14 +259,19 @@ pub fn init_tracing(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     use std::io::IsTerminal as _;
+    // Colour codes only where a person reads them, never into a file or a pipe.
+    let ansi = std::io::stderr().is_terminal();
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        // Colour codes only where a person reads them, never into a file or a pipe.
-        .with_ansi(std::io::stderr().is_terminal())
+        .with_ansi(ansi)
         .with_writer(std::io::stderr);
     // `try_init` fails only when a subscriber is already set (tests); keeping it is fine.
     let _ = match format {
-        LogFormat::Text => builder.try_init(),
+        LogFormat::Text => builder
+            .event_format(crate::telemetry::TextLogFormat(
+                tracing_subscriber::fmt::format().with_ansi(ansi),
+            ))
+            .try_init(),
         LogFormat::Json => builder
             .json()
             .event_format(crate::telemetry::JsonLogFormat(

@@ -850,18 +850,16 @@ impl Daemon {
         })
     }
 
-    /// `serve` on a free loopback port with JSON logs at info on a piped stderr, not started.
+    /// `serve` on a free loopback port with logs at info on a piped stderr, not started;
+    /// JSON logs unless `extra` names a `--log-format`.
     pub fn command(database: &str, extra: &[&str]) -> Command {
         let mut command = Command::new(BIN);
+        command.args(["serve", "--listen", "127.0.0.1:0"]);
+        if !extra.contains(&"--log-format") {
+            command.args(["--log-format", "json"]);
+        }
         command
-            .args([
-                "serve",
-                "--listen",
-                "127.0.0.1:0",
-                "--log-format",
-                "json",
-                "--database",
-            ])
+            .arg("--database")
             .arg(database)
             .args(extra)
             .env("RUST_LOG", "info")
@@ -884,6 +882,14 @@ impl Daemon {
                     && v["fields"]["message"] == "serving"
                     && let Some(addr) = v["fields"]["addr"].as_str()
                 {
+                    let _ = tx.send(addr.to_string());
+                } else if line.contains(" serving addr=")
+                    && let Some(addr) = line
+                        .split(" addr=")
+                        .nth(1)
+                        .and_then(|a| a.split_whitespace().next())
+                {
+                    // `--log-format text`.
                     let _ = tx.send(addr.to_string());
                 }
                 let mut log = sink.lock().unwrap();

@@ -157,7 +157,10 @@ async fn sighup_reloads_the_manifests_and_a_broken_reload_keeps_the_old_registry
     let dir = temp_dir();
     let one = r#"{"name":"alpha","tools":[{"name":"a","description":"A"}]}"#;
     let folder = manifest_dir(dir.path(), "m", &[("alpha.json", one)]);
-    let daemon = Daemon::start(dir.path(), &["--manifests", folder.to_str().unwrap()]);
+    let daemon = Daemon::start(
+        dir.path(),
+        &["--manifests", folder.to_str().unwrap(), "--log-format", "text"],
+    );
     let mut client = daemon.client().await;
     let names = |r: toolrouter::proto::ListGroupsResponse| -> Vec<String> {
         r.groups.into_iter().map(|g| g.name).collect()
@@ -193,7 +196,26 @@ async fn sighup_reloads_the_manifests_and_a_broken_reload_keeps_the_old_registry
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert!(daemon.log().contains("gamma.json"), "{}", daemon.log());
+    let log = daemon.log();
+    // The error (a head line, then the problem) in the one line of its event (SPEC §11:
+    // one line each), each line of the log an event of its own with its time and level.
+    let failed: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("registry reload failed"))
+        .collect();
+    assert!(
+        failed.len() == 1
+            && failed[0].contains("still serving registry version")
+            && failed[0].contains("gamma.json"),
+        "{log}"
+    );
+    for line in log.lines() {
+        let level = line.split_whitespace().nth(1).unwrap_or("");
+        assert!(
+            ["TRACE", "DEBUG", "INFO", "WARN", "ERROR"].contains(&level),
+            "a line that is not an event of its own: {line:?} in\n{log}"
+        );
+    }
     let groups = client
         .list_groups(ListGroupsRequest::default())
         .await
@@ -625,6 +647,12 @@ async fn each_call_is_logged_once_without_its_text_and_counted_in_the_metrics() 
         serde_json::json!(["qbittorrent"]),
         "a list is a real JSON array: {log}"
     );
+    // A line has the fields its call has: a search sent no tools (it did not send 0), a
+    // route loaded no group.
+    for field in ["tools", "tokens", "domains", "fallback"] {
+        assert!(search[0]["fields"].get(field).is_none(), "{field}: {log}");
+    }
+    assert!(first.get("groups").is_none(), "{log}");
     // The start line's folder list is a real array too.
     let start = lines
         .iter()
