@@ -329,9 +329,10 @@ fn hide(registry: &Registry, disabled: &Patterns, profile: Option<&Profile>) -> 
             hidden.visible.push(visible);
         }
         hidden.counts.push(count);
-        hidden
-            .shown
-            .push(allowed && (count > 0 || (profile.is_none() && d.tools.is_empty())));
+        // Hidden: out of the profile's domains, or every tool it has hidden. A domain without
+        // tools has none to hide, so a profile that allows it sees it as a consumer without
+        // a profile does (its keyword hits count).
+        hidden.shown.push(allowed && (count > 0 || d.tools.is_empty()));
     }
     Some(hidden)
 }
