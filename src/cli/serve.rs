@@ -140,11 +140,12 @@ serve_args! {
     /// How keywords hit [default: word].
     #[arg(long, env = "TOOLROUTER_KEYWORD_MATCH", value_enum)]
     keyword_match: Option<KeywordMatchArg>,
-    /// Start answers with the `load_tool_group` meta-tool [default: true].
-    #[arg(long, env = "TOOLROUTER_EXPOSE_LOAD_TOOL_GROUP")]
+    /// Start answers with the `load_tool_group` meta-tool (`true`/`false`, or `1`/`0`,
+    /// `yes`/`no`, `on`/`off`, as every boolean here) [default: true].
+    #[arg(long, env = "TOOLROUTER_EXPOSE_LOAD_TOOL_GROUP", value_parser = clap::builder::BoolishValueParser::new())]
     expose_load_tool_group: Option<bool>,
     /// Carry the `search_tools` meta-tool in answers [default: true].
-    #[arg(long, env = "TOOLROUTER_EXPOSE_SEARCH_TOOLS")]
+    #[arg(long, env = "TOOLROUTER_EXPOSE_SEARCH_TOOLS", value_parser = clap::builder::BoolishValueParser::new())]
     expose_search_tools: Option<bool>,
     /// When the search index routes: `off` (keywords only), `fallback` (only when nothing
     /// else routed the message) or `augment` (always) [default: augment].
@@ -475,6 +476,51 @@ mod tests {
         assert_eq!(c.manifests, vec![PathBuf::from("m")]);
         assert!(c.allow_unauthenticated);
         assert_eq!(c.max_message_bytes, 100);
+    }
+
+    #[test]
+    fn every_boolean_flag_takes_the_same_spellings() {
+        use clap::Parser as _;
+        let config = |argv: &[&str]| {
+            let cli = crate::cli::Cli::try_parse_from([&["toolrouter", "serve"], argv].concat()).unwrap();
+            let crate::cli::Command::Serve(args) = cli.command else {
+                panic!("not serve")
+            };
+            args.config().unwrap()
+        };
+        for (spelled, value) in [
+            ("true", true),
+            ("1", true),
+            ("yes", true),
+            ("on", true),
+            ("TRUE", true),
+        ]
+        .into_iter()
+        .chain([
+            ("false", false),
+            ("0", false),
+            ("no", false),
+            ("off", false),
+            ("False", false),
+        ]) {
+            let c = config(&[
+                "--expose-load-tool-group",
+                spelled,
+                "--expose-search-tools",
+                spelled,
+            ]);
+            assert_eq!(
+                (c.expose_load_tool_group, c.expose_search_tools),
+                (value, value),
+                "{spelled}"
+            );
+            let c = config(&[&format!("--allow-unauthenticated={spelled}")]);
+            assert_eq!(c.allow_unauthenticated, value, "{spelled}");
+        }
+        assert!(
+            crate::cli::Cli::try_parse_from(["toolrouter", "serve", "--expose-search-tools", "maybe"])
+                .is_err()
+        );
     }
 
     #[test]

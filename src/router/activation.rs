@@ -72,10 +72,17 @@ impl Snapshot {
     }
 }
 
-/// Why a value for the settings key `key` would be ignored, if it would: only
-/// [`DISABLED_TOOLS_KEY`]'s values have a form (a JSON array of tool names or globs; empty is
-/// none), for a settings editor to check before writing.
+/// Why a value for the settings key `key` would be ignored, if it would: an empty or
+/// whitespace-only key (no manifest may name one, so it activates nothing), and
+/// [`DISABLED_TOOLS_KEY`]'s values, the only ones with a form (a JSON array of tool names or
+/// globs; empty is none), for a settings editor to check before writing.
 pub fn refused_setting(key: &str, value: &str) -> Option<String> {
+    if key.trim().is_empty() {
+        return Some(
+            "the settings key is empty or whitespace-only (manifests refuse such a key, so it would activate nothing)"
+                .into(),
+        );
+    }
     (key == DISABLED_TOOLS_KEY && !value.trim().is_empty())
         .then(|| disabled_tools(value).err())
         .flatten()
@@ -100,8 +107,7 @@ struct Hidden {
     counts: Vec<u32>,
     /// Domains the profile's domain patterns let through.
     allowed: Vec<bool>,
-    /// Domains the consumer sees: allowed, and left with tools (without a profile, also
-    /// those that never had any).
+    /// Domains the consumer sees: allowed, and left with tools (or never had any).
     shown: Vec<bool>,
 }
 
@@ -137,7 +143,7 @@ impl Activation {
     /// Derives activation from a settings snapshot for a consumer with this profile (none:
     /// only the disabled tools are hidden). A domain is active when its settings are and the
     /// policy leaves it visible: a domain the profile's domain patterns refuse, or whose
-    /// tools are all hidden, is not (nor, under a profile, one without tools).
+    /// tools are all hidden, is not.
     pub fn scoped(registry: &Registry, settings: &Snapshot, profile: Option<&Profile>) -> Activation {
         let configured: Vec<bool> = registry
             .domains()

@@ -495,6 +495,10 @@ async fn settings_refuses_a_value_the_daemon_would_ignore_and_a_url_it_cannot_us
             "`toolrouter.disabled_tools` must be a JSON array of tool names or globs",
         ),
         (
+            &["--database", &url, "--create", "set", " ", "v"],
+            "the settings key is empty or whitespace-only",
+        ),
+        (
             &["--database", "mysql://x/y", "--create", "set", "k", "v"],
             "neither sqlite://FILE nor postgres://",
         ),
