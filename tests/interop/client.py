@@ -414,6 +414,29 @@ def run_checks(res, pb, stub, db_url, addr):
 
     res.check("reload_registry: same manifests, same version and domain count", reload)
 
+    # --- UpsertDomain (v2): a refusal listing many problems --------------------------------
+    def upsert_many_problems():
+        # 300 tools with a bad tier: every problem would not fit in the status header a C-core
+        # client accepts (8 KiB of metadata), so the daemon lists what fits and counts the rest.
+        tools = [{"name": f"bad_{i}", "description": f"tool number {i}", "tier": "nope #?"}
+                 for i in range(300)]
+        manifest = json.dumps({"name": "py_refused", "tools": tools})
+        # Past the soft limit grpcio refuses at random (about half the calls at 11 KiB), so
+        # one call proves little: ten must all come through.
+        for _ in range(10):
+            details = expect_rpc_error(
+                lambda: stub.UpsertDomain(pb.UpsertDomainRequest(manifest_json=manifest),
+                                          timeout=RPC_TIMEOUT_S),
+                grpc.StatusCode.INVALID_ARGUMENT, "UpsertDomain(300 bad tiers)")
+        lines = details.split("\n")
+        assert lines[0] == "The domain is refused; nothing changed.", f"head: {lines[0]!r}"
+        assert "tier" in lines[1], f"first problem: {lines[1]!r}"
+        assert lines[-1].startswith("... and ") and "more problems" in lines[-1], (
+            f"last line: {lines[-1]!r}")
+
+    res.check("upsert_domain: a refusal with 300 problems reaches a C-core client as INVALID_ARGUMENT",
+              upsert_many_problems)
+
     # --- SearchTools (v2) ----------------------------------------------------------------
     def search():
         r = stub.SearchTools(
