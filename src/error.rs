@@ -105,7 +105,11 @@ pub enum Error {
         value: i32,
     },
     /// No domain has this name; the groups that could be loaded are listed.
-    #[error("Tool group '{}' not found. Available groups: {}", echo(group), available.join(", "))]
+    #[error(
+        "Tool group '{}' not found. Available groups: {}",
+        echo(group),
+        listed(available)
+    )]
     GroupNotFound {
         /// The name asked for.
         group: String,
@@ -113,7 +117,11 @@ pub enum Error {
         available: Vec<String>,
     },
     /// The group exists but none of its settings keys has a value.
-    #[error("Tool group '{}' is not configured: set one of {}.", echo(group), keys.join(", "))]
+    #[error(
+        "Tool group '{}' is not configured: set one of {}.",
+        echo(group),
+        listed(keys)
+    )]
     GroupNotConfigured {
         /// The group.
         group: String,
@@ -127,7 +135,7 @@ pub enum Error {
         group: String,
     },
     /// The request names a profile the daemon does not have.
-    #[error("Unknown profile '{}'. Profiles: {}.", echo(name), if known.is_empty() { "none configured".to_string() } else { known.join(", ") })]
+    #[error("Unknown profile '{}'. Profiles: {}.", echo(name), if known.is_empty() { "none configured".into() } else { listed(known) })]
     UnknownProfile {
         /// The name asked for.
         name: String,
@@ -204,7 +212,7 @@ pub enum Error {
     #[error(
         "Run-time domain '{}' not found. Domains registered at run time: {}",
         echo(name),
-        if registered.is_empty() { "none".to_string() } else { registered.join(", ") }
+        if registered.is_empty() { "none".into() } else { listed(registered) }
     )]
     DomainNotFound {
         /// The name asked for.
@@ -364,6 +372,34 @@ fn on_the_wire(text: &str) -> usize {
             }
         })
         .sum()
+}
+
+/// The most bytes on the wire a list in a status message takes: room for the rest of the
+/// message (a caller's value echoed, 128 characters of up to 3 bytes each, and the text).
+const LIST_BYTES: usize = STATUS_MESSAGE_BYTES - 1024;
+
+/// Names joined by `, `, as SPEC's messages list them, as many as fit in [`LIST_BYTES`] on
+/// the wire, then `and N more`: a registry of a thousand domains still gets its answer to
+/// the client, where the whole list would pass the header limits.
+fn listed(names: &[String]) -> std::borrow::Cow<'_, str> {
+    let total: usize = names.iter().map(|n| on_the_wire(n) + 4).sum();
+    if total <= LIST_BYTES {
+        return names.join(", ").into();
+    }
+    // Room for the last item.
+    let budget = LIST_BYTES - 64;
+    let mut out = String::new();
+    let mut used = 0;
+    for (i, name) in names.iter().enumerate() {
+        used += on_the_wire(name) + 4;
+        if used > budget {
+            out.push_str(&format!("and {} more", names.len() - i));
+            break;
+        }
+        out.push_str(name);
+        out.push_str(", ");
+    }
+    out.into()
 }
 
 /// `head`, then one problem a line, as many as fit in [`STATUS_MESSAGE_BYTES`]; the rest
@@ -670,6 +706,67 @@ mod tests {
         for (err, code) in cases {
             let shown = err.to_string();
             assert_eq!(tonic::Status::from(Error::Database(err)).code(), code, "{shown}");
+        }
+    }
+
+    #[test]
+    fn a_long_list_in_a_status_is_cut_to_fit_the_header_and_counts_the_rest() {
+        let names = |n: usize| (0..n).map(|i| format!("group name {i:04}")).collect::<Vec<_>>();
+        let few = Error::GroupNotFound {
+            group: "x".into(),
+            available: names(2),
+        };
+        assert_eq!(
+            few.to_string(),
+            "Tool group 'x' not found. Available groups: group name 0000, group name 0001",
+            "a list that fits is SPEC's, whole"
+        );
+        let n = 2000;
+        let long = "é".repeat(200);
+        for (err, head) in [
+            (
+                Error::GroupNotFound {
+                    group: long.clone(),
+                    available: names(n),
+                },
+                "Available groups: ",
+            ),
+            (
+                Error::DomainNotFound {
+                    name: long.clone(),
+                    registered: names(n),
+                },
+                "Domains registered at run time: ",
+            ),
+            (
+                Error::GroupNotConfigured {
+                    group: long.clone(),
+                    keys: names(n),
+                },
+                "set one of ",
+            ),
+            (
+                Error::UnknownProfile {
+                    name: long.clone(),
+                    known: names(n),
+                },
+                "Profiles: ",
+            ),
+        ] {
+            let status = tonic::Status::from(err);
+            let mut headers = tonic::codegen::http::HeaderMap::new();
+            status.add_header(&mut headers).unwrap();
+            let sent = headers["grpc-message"].len();
+            assert!(sent <= STATUS_MESSAGE_BYTES, "{head}: {sent} bytes");
+            let text = status.message();
+            let list = &text[text.find(head).unwrap() + head.len()..];
+            let items: Vec<&str> = list.trim_end_matches('.').split(", ").collect();
+            let (last, shown) = items.split_last().unwrap();
+            assert!(shown.len() > 100, "{head}: {}", shown.len());
+            for (i, item) in shown.iter().enumerate() {
+                assert_eq!(*item, format!("group name {i:04}"), "{head}");
+            }
+            assert_eq!(*last, format!("and {} more", n - shown.len()), "{head}");
         }
     }
 
