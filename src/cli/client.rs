@@ -60,7 +60,7 @@ pub(super) async fn within<T>(
         {
             None
         }
-        Ok(Err(s)) => Some(Err(s)),
+        Ok(Err(s)) => Some(Err(conn.explained(s).await)),
         Err(_) => None,
     }
 }

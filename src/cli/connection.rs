@@ -79,13 +79,56 @@ impl Connection {
     }
 
     /// The address as a URL: `host:port` means `http://host:port`, as grpcurl and the
-    /// Python client spell it.
+    /// Python client spell it, or `https://host:port` with a CA to check the daemon's
+    /// certificate with (`--tls-ca` says the daemon serves TLS).
     pub fn url(&self) -> String {
         match self.addr.split_once("://") {
             // A scheme is case-insensitive (RFC 3986): `HTTPS://` is TLS too.
             Some((scheme, rest)) => format!("{}://{rest}", scheme.to_ascii_lowercase()),
+            None if self.tls_ca.is_some() => format!("https://{}", self.addr),
             None => format!("http://{}", self.addr),
         }
+    }
+
+    /// A failed call's status, with what to do when it is what a plain HTTP/2 client meets
+    /// at a daemon serving TLS. The daemon's TLS answer to the HTTP/2 preface is no HTTP/2,
+    /// so the call fails as a protocol error, as cancelled or as a transport error, depending
+    /// on when the connection closes, each of which alone reads like a fault of the daemon.
+    /// So a call to an `http://` address that fails so asks the address for a TLS handshake:
+    /// when it gets one (trusted or not), it says to use `https://`.
+    pub(crate) async fn explained(&self, status: tonic::Status) -> tonic::Status {
+        use tonic::Code;
+        let url = self.url();
+        let Some(host) = url.strip_prefix("http://") else {
+            return status;
+        };
+        if !matches!(
+            status.code(),
+            Code::Internal | Code::Cancelled | Code::Unknown | Code::Unavailable
+        ) {
+            return status;
+        }
+        let tls = Connection {
+            addr: format!("https://{host}"),
+            auth_token: None,
+            tls_ca: None,
+            timeout: Some(self.timeout()),
+        };
+        let serves_tls = match tls.channel().await {
+            Ok(_) => true,
+            Err(e) => e.to_string().contains("certificate"),
+        };
+        if !serves_tls {
+            return status;
+        }
+        tonic::Status::new(
+            status.code(),
+            format!(
+                "{} (the daemon at {host} serves TLS: use --addr https://{host}, with --tls-ca when \
+                 its certificate is not from a public CA)",
+                status.message()
+            ),
+        )
     }
 
     /// The connect and call timeout: `--timeout`, else [`DEFAULT_TIMEOUT`].
@@ -105,6 +148,17 @@ impl Connection {
         if !(url.starts_with("http://") || url.starts_with("https://")) {
             return Err(Error::Config(format!(
                 "invalid --addr {addr:?}: use host:port, http://host:port or https://host:port"
+            )));
+        }
+        // A CA is for checking a daemon serving TLS; `http://` would not use it.
+        if let Some(ca) = &self.tls_ca
+            && url.starts_with("http://")
+        {
+            return Err(Error::Config(format!(
+                "--tls-ca {} is for a daemon serving TLS, but --addr {addr:?} says plain HTTP/2: \
+                 use https://{}",
+                ca.display(),
+                url.trim_start_matches("http://")
             )));
         }
         let endpoint =

@@ -96,6 +96,45 @@ async fn with_tls_clients_that_trust_the_ca_are_served_and_plaintext_is_not() {
     let public = plain_connection(&format!("https://localhost:{}", app.addr.port()));
     let err = public.channel().await.unwrap_err().to_string();
     assert!(err.contains("certificate"), "{err}");
+
+    // `host:port` with a CA means TLS; `http://` with one is a contradiction, said as such.
+    let ca = tls.tls_ca.clone();
+    let bare = toolrouter::cli::connection::Connection {
+        tls_ca: ca.clone(),
+        ..plain_connection(&format!("localhost:{}", app.addr.port()))
+    };
+    let mut client = bare.client().await.unwrap();
+    assert!(client.route(route_request("hello", "")).await.is_ok());
+    let contradiction = toolrouter::cli::connection::Connection {
+        tls_ca: ca,
+        ..plain_connection(&format!("http://localhost:{}", app.addr.port()))
+    };
+    let err = contradiction.channel().await.unwrap_err().to_string();
+    assert!(
+        err.contains("is for a daemon serving TLS")
+            && err.contains(&format!("use https://localhost:{}", app.addr.port())),
+        "{err}"
+    );
+    // The CLI, speaking plain HTTP/2 to it, says what to do, not only that HTTP/2 failed.
+    let dir = tempfile::tempdir().unwrap();
+    let out = run(
+        dir.path(),
+        &[
+            "health",
+            "--addr",
+            &format!("http://127.0.0.1:{}", app.addr.port()),
+        ],
+    )
+    .await;
+    assert_ne!(out.status.code(), Some(0));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "serves TLS: use --addr https://127.0.0.1:{}",
+            app.addr.port()
+        )),
+        "{stderr}"
+    );
     app.stop().await;
 }
 
