@@ -89,8 +89,7 @@ pub enum Command {
         /// openai_responses, anthropic, gemini or mcp.
         #[arg(long, value_parser = client::parse_format)]
         format: Option<crate::proto::Format>,
-        /// At most this many tools [default, and with 0: the daemon's --max-tools; a call
-        /// cannot lift the daemon's limit].
+        /// At most this many tools [default, and with 0: the daemon's --max-tools].
         #[arg(long)]
         max_tools: Option<u32>,
         /// At most this many tokens [default, and with 0: the daemon's --token-budget].
