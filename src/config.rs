@@ -53,7 +53,7 @@ pub struct Config {
     /// How long a settings snapshot is served before the table is read again.
     #[serde(with = "duration")]
     pub settings_ttl: Duration,
-    /// What a turn with no keyword hit gets.
+    /// What a turn with no keyword or search hit gets.
     pub fallback: FallbackPolicy,
     /// How keywords hit.
     pub keyword_match: MatchMode,

@@ -237,7 +237,7 @@ pub enum Command {
         /// Create the database file when it does not exist.
         #[arg(long, global = true)]
         create: bool,
-        /// Print `list` as JSON.
+        /// Print the outcome as JSON (`list`: the settings; `set`, `unset`: what was done).
         #[arg(long, global = true)]
         json: bool,
         /// How long to wait for the daemon, e.g. `3s` [default: 10s].

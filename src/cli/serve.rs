@@ -134,7 +134,7 @@ serve_args! {
     /// Settings cache TTL, e.g. `10s` [default: 10s].
     #[arg(long, env = "TOOLROUTER_SETTINGS_TTL", value_parser = humantime::parse_duration)]
     settings_ttl: Option<Duration>,
-    /// What a turn with no keyword hit gets [default: all-active].
+    /// What a turn with no keyword or search hit gets [default: all-active].
     #[arg(long, env = "TOOLROUTER_FALLBACK", value_enum)]
     fallback: Option<FallbackArg>,
     /// How keywords hit [default: word].
