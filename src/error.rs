@@ -375,8 +375,9 @@ fn on_the_wire(text: &str) -> usize {
 }
 
 /// The most bytes on the wire a list in a status message takes: room for the rest of the
-/// message (a caller's value echoed, 128 characters of up to 3 bytes each, and the text).
-const LIST_BYTES: usize = STATUS_MESSAGE_BYTES - 1024;
+/// message (a caller's value echoed, 128 characters of up to 4 UTF-8 bytes, each encoded as
+/// 3: 1,536 bytes, and the text around it).
+const LIST_BYTES: usize = STATUS_MESSAGE_BYTES - 2048;
 
 /// Names joined by `, `, as SPEC's messages list them, as many as fit in [`LIST_BYTES`] on
 /// the wire, then `and N more`: a registry of a thousand domains still gets its answer to
@@ -722,7 +723,8 @@ mod tests {
             "a list that fits is SPEC's, whole"
         );
         let n = 2000;
-        let long = "é".repeat(200);
+        // The longest echo on the wire: 128 characters of 4 UTF-8 bytes, each byte encoded.
+        let long = "𝄞".repeat(200);
         for (err, head) in [
             (
                 Error::GroupNotFound {
