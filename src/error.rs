@@ -387,7 +387,7 @@ fn listed(names: &[String]) -> std::borrow::Cow<'_, str> {
     if total <= LIST_BYTES {
         return names.join(", ").into();
     }
-    // Room for the last item.
+    // Room for the "and N more" suffix.
     let budget = LIST_BYTES - 64;
     let mut out = String::new();
     let mut used = 0;
@@ -406,7 +406,7 @@ fn listed(names: &[String]) -> std::borrow::Cow<'_, str> {
 /// `head`, then one problem a line, as many as fit in [`STATUS_MESSAGE_BYTES`]; the rest
 /// counted in a last line, and then every one of them logged, so none is lost.
 fn problems_within(head: &str, errors: &ManifestErrors) -> String {
-    // Room for the last line.
+    // Room for the line counting the rest.
     let budget = STATUS_MESSAGE_BYTES - 120;
     let mut message = head.to_string();
     let mut used = on_the_wire(head);

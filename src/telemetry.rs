@@ -1235,6 +1235,13 @@ mod tests {
             "{ours}"
         );
         assert_eq!(ours.matches('\n').count(), 1, "{ours}");
+        // In colour too: the same coloured line, its breaks escaped.
+        let (ours, reference) = text_lines(true, || {
+            tracing::warn!(method = %"UpsertDomain", cause = %cause, "call failed");
+        });
+        assert!(ours.contains('\u{1b}'), "{ours}");
+        assert_eq!(ours.matches('\n').count(), 1, "{ours}");
+        assert_eq!(ours, reference.replace("\r", "\\r").replacen('\n', "\\n", 2));
         // Without a break: exactly tracing-subscriber's line, in colour on a terminal too.
         for ansi in [false, true] {
             let (ours, reference) = text_lines(ansi, || {

@@ -22,8 +22,8 @@ pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How a client reaches the daemon.
 #[derive(Debug, Clone, Args)]
 pub struct Connection {
-    /// The daemon's address: `host:port` (plain HTTP/2) or a URL (`https://` when it serves
-    /// TLS).
+    /// The daemon's address: `host:port` (plain HTTP/2; TLS with `--tls-ca`) or a URL
+    /// (`https://` when it serves TLS).
     #[arg(long, env = "TOOLROUTER_ADDR", default_value = DEFAULT_ADDR)]
     pub addr: String,
     /// Bearer token, when the daemon requires one.
@@ -63,6 +63,33 @@ fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
     cur.to_string()
 }
 
+/// How long asking an `http://` address whether it serves TLS may take, at most: a call that
+/// failed is explained only when the answer comes this fast.
+pub(crate) const TLS_PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Whether a connection failed because the peer's TLS certificate was refused: the peer
+/// spoke TLS. (A plain HTTP/2 peer's answer to a TLS hello is a malformed record, not a
+/// certificate.) I/O errors hold the TLS error as their payload, which `source()` skips.
+fn is_certificate_refusal(e: &(dyn std::error::Error + 'static)) -> bool {
+    use tokio_rustls::rustls;
+    let mut cur = Some(e);
+    while let Some(err) = cur {
+        let tls = err.downcast_ref::<rustls::Error>().or_else(|| {
+            err.downcast_ref::<std::io::Error>()
+                .and_then(|io| io.get_ref())
+                .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        });
+        if matches!(
+            tls,
+            Some(rustls::Error::InvalidCertificate(_) | rustls::Error::NoCertificatesPresented)
+        ) {
+            return true;
+        }
+        cur = err.source();
+    }
+    false
+}
+
 /// The largest answer a client takes: a whole large registry's `ListAllTools` or fallback
 /// `Route` (Seal's 4,076 tools are about 5 MB), past tonic's default of 4 MiB.
 pub const MAX_ANSWER_BYTES: usize = 64 << 20;
@@ -94,8 +121,9 @@ impl Connection {
     /// at a daemon serving TLS. The daemon's TLS answer to the HTTP/2 preface is no HTTP/2,
     /// so the call fails as a protocol error, as cancelled or as a transport error, depending
     /// on when the connection closes, each of which alone reads like a fault of the daemon.
-    /// So a call to an `http://` address that fails so asks the address for a TLS handshake:
-    /// when it gets one (trusted or not), it says to use `https://`.
+    /// So a call to an `http://` address that fails so asks the address for a TLS handshake
+    /// (for at most [`TLS_PROBE_TIMEOUT`]): when it gets one (trusted or not), it says to use
+    /// `https://`.
     pub(crate) async fn explained(&self, status: tonic::Status) -> tonic::Status {
         use tonic::Code;
         let url = self.url();
@@ -108,17 +136,7 @@ impl Connection {
         ) {
             return status;
         }
-        let tls = Connection {
-            addr: format!("https://{host}"),
-            auth_token: None,
-            tls_ca: None,
-            timeout: Some(self.timeout()),
-        };
-        let serves_tls = match tls.channel().await {
-            Ok(_) => true,
-            Err(e) => e.to_string().contains("certificate"),
-        };
-        if !serves_tls {
+        if !self.serves_tls(host).await {
             return status;
         }
         tonic::Status::new(
@@ -131,6 +149,27 @@ impl Connection {
         )
     }
 
+    /// Whether `host` answers a TLS handshake within [`TLS_PROBE_TIMEOUT`] (or the
+    /// connection's timeout, when shorter): a connection, or a certificate this client does
+    /// not trust, both say TLS. Read from the TLS library's own error, never from a message
+    /// (which names the address).
+    async fn serves_tls(&self, host: &str) -> bool {
+        let probe = Connection {
+            addr: format!("https://{host}"),
+            auth_token: None,
+            tls_ca: None,
+            timeout: Some(self.timeout().min(TLS_PROBE_TIMEOUT)),
+        };
+        let Ok(endpoint) = probe.endpoint() else {
+            return false;
+        };
+        match tokio::time::timeout(probe.timeout(), endpoint.connect()).await {
+            Ok(Ok(_)) => true,
+            Ok(Err(e)) => is_certificate_refusal(&e),
+            Err(_) => false,
+        }
+    }
+
     /// The connect and call timeout: `--timeout`, else [`DEFAULT_TIMEOUT`].
     pub fn timeout(&self) -> Duration {
         self.timeout.unwrap_or(DEFAULT_TIMEOUT)
@@ -141,6 +180,26 @@ impl Connection {
     /// # Errors
     /// `Config` for a bad address or CA file, `Unavailable` when the daemon cannot be reached.
     pub async fn channel(&self) -> Result<Channel> {
+        let addr = &self.addr;
+        let timeout = self.timeout();
+        let endpoint = self.endpoint()?;
+        // The connect timeout covers TCP only; this one also covers the HTTP/2 handshake with
+        // a peer that accepted the connection but never speaks.
+        match tokio::time::timeout(timeout, endpoint.connect()).await {
+            Ok(Ok(channel)) => Ok(channel),
+            Ok(Err(e)) => Err(Error::Unavailable(format!(
+                "cannot reach the daemon at {addr}: {}",
+                root_cause(&e)
+            ))),
+            Err(_) => Err(Error::Unavailable(format!(
+                "no answer from {addr} within {} (connecting)",
+                humantime::format_duration(timeout)
+            ))),
+        }
+    }
+
+    /// The endpoint for the address, with the timeouts and TLS trust; nothing connected yet.
+    fn endpoint(&self) -> Result<Endpoint> {
         let addr = &self.addr;
         let timeout = self.timeout();
         let url = self.url();
@@ -205,19 +264,7 @@ impl Connection {
                 .tls_config(tls)
                 .map_err(|e| Error::Config(format!("TLS: {}", root_cause(&e))))?;
         }
-        // The connect timeout covers TCP only; this one also covers the HTTP/2 handshake with
-        // a peer that accepted the connection but never speaks.
-        match tokio::time::timeout(timeout, endpoint.connect()).await {
-            Ok(Ok(channel)) => Ok(channel),
-            Ok(Err(e)) => Err(Error::Unavailable(format!(
-                "cannot reach the daemon at {addr}: {}",
-                root_cause(&e)
-            ))),
-            Err(_) => Err(Error::Unavailable(format!(
-                "no answer from {addr} within {} (connecting)",
-                humantime::format_duration(timeout)
-            ))),
-        }
+        Ok(endpoint)
     }
 
     /// Whether something accepts TCP connections at the address: a daemon the client could
@@ -273,5 +320,74 @@ impl Connection {
     pub async fn service(&self) -> Result<InterceptedService<Channel, BearerToken>> {
         let token = self.token()?;
         Ok(InterceptedService::new(self.channel().await?, token))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncWriteExt;
+    use tokio::net::TcpListener;
+
+    /// A peer at an `http://` address that does not speak TLS leaves a failed call's status
+    /// as it was, and asking it takes the probe's bound, not the call's timeout.
+    #[tokio::test]
+    async fn a_peer_that_speaks_no_tls_leaves_the_status_as_it_was() {
+        /// What the peer does with each connection.
+        #[derive(Clone, Copy, Debug)]
+        enum Peer {
+            Closes,
+            Silent,
+            AnswersPlainText,
+        }
+        for peer in [Peer::Closes, Peer::Silent, Peer::AnswersPlainText] {
+            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            let server = tokio::spawn(async move {
+                let mut held = Vec::new();
+                loop {
+                    let Ok((mut socket, _)) = listener.accept().await else {
+                        return;
+                    };
+                    match peer {
+                        Peer::Closes => drop(socket),
+                        Peer::Silent => held.push(socket),
+                        Peer::AnswersPlainText => {
+                            let _ = socket.write_all(b"HTTP/1.1 400 Bad Request\r\n\r\n").await;
+                        }
+                    }
+                }
+            });
+            let conn = Connection {
+                timeout: Some(Duration::from_secs(30)),
+                ..Connection::plain(format!("http://{addr}"))
+            };
+            let started = std::time::Instant::now();
+            let status = conn
+                .explained(tonic::Status::unavailable("the call failed"))
+                .await;
+            assert_eq!(status.code(), tonic::Code::Unavailable, "{peer:?}");
+            assert_eq!(status.message(), "the call failed", "{peer:?}");
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "{peer:?}: the probe took {:?}",
+                started.elapsed()
+            );
+            server.abort();
+        }
+    }
+
+    /// Only a failure a TLS peer could cause is explained: a refusal is the daemon's answer.
+    #[tokio::test]
+    async fn an_answer_from_the_daemon_is_not_explained() {
+        let conn = Connection::plain("http://127.0.0.1:1");
+        for status in [
+            tonic::Status::invalid_argument("bad"),
+            tonic::Status::not_found("no such group"),
+        ] {
+            let (code, message) = (status.code(), status.message().to_string());
+            let out = conn.explained(status).await;
+            assert_eq!((out.code(), out.message()), (code, message.as_str()));
+        }
     }
 }

@@ -69,7 +69,8 @@ pub(super) async fn settings(
             Some(Err(s)) => {
                 return Err(Failure::config(format!(
                     "the daemon at {addr} did not say which database it uses ({:?}: {}): pass \
-                     --auth-token (or --tls-ca) so it can, or --database to name the database",
+                     --auth-token (or --tls-ca with an https:// address) so it can, or --database \
+                     to name the database",
                     s.code(),
                     s.message()
                 )));
@@ -83,7 +84,8 @@ pub(super) async fn settings(
         Err(e) if conn.listening().await => {
             return Err(Failure::config(format!(
                 "the daemon at {addr} could not be asked which database it uses ({e}): pass \
-                 --tls-ca or --auth-token so it can, or --database to name the database"
+                 --tls-ca with an https:// address, or --auth-token, so it can, or --database to \
+                 name the database"
             )));
         }
         // Nothing listens: no daemon to ask.

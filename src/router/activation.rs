@@ -194,7 +194,7 @@ impl Activation {
     }
 
     /// Whether the consumer sees a domain (whatever the settings): the profile's domain
-    /// patterns let it through and the policy leaves it tools.
+    /// patterns let it through and the policy leaves it tools, or it never had any.
     pub fn is_visible(&self, d: DomainId) -> bool {
         self.hidden.as_ref().is_none_or(|h| h.shown[d.index()])
     }
