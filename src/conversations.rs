@@ -35,6 +35,19 @@ use crate::router::{Conversation, Mark, Member};
 /// short ids (see BENCHMARKS.md for the measured resident memory).
 pub(crate) const DEFAULT_CACHE_BYTES: u64 = 64 * 1024 * 1024;
 
+/// How often conversation idle clocks are flushed and idle conversations forgotten, at most.
+const UPKEEP_PERIOD: Duration = Duration::from_secs(60);
+
+/// The upkeep period for a conversation TTL: [`UPKEEP_PERIOD`], or a quarter of a shorter
+/// TTL (100 ms at least). Idle clocks live in memory between flushes, and another daemon on
+/// the same database forgets a conversation by the clock written there: a flush must come
+/// well within the TTL, or a conversation in use on one daemon looks idle to the others.
+pub(crate) fn upkeep_period(conversation_ttl: Duration) -> Duration {
+    UPKEEP_PERIOD
+        .min(conversation_ttl / 4)
+        .max(Duration::from_millis(100))
+}
+
 /// Memory a cached conversation costs beyond its id and members: the cache's own bookkeeping,
 /// the entry and its lock, and its slot in the live table. Measured: 200,000 conversations
 /// with 16-byte ids, all cached, cost 550 bytes each in resident memory (BENCHMARKS.md).
@@ -102,7 +115,12 @@ async fn check(session: &Session, entry: &mut Entry, id: &str) -> Result<()> {
             entry.flushed = entry.flushed.max(stamp.last_seen);
         }
         Ok(None) if !entry.in_db => {}
-        Ok(_) => *entry = read(session, entry.generation, id).await?,
+        Ok(_) => {
+            // Another daemon's change: its state, and the later of the two uses.
+            let seen = entry.last_seen;
+            *entry = read(session, entry.generation, id).await?;
+            entry.last_seen = entry.last_seen.max(seen);
+        }
         Err(e) => {
             tracing::warn!(error = %e, "cannot check the conversation; using the copy held in memory");
         }
@@ -240,6 +258,11 @@ impl ConversationGuard {
 pub struct Conversations {
     db: Db,
     ttl: Duration,
+    /// How much longer than the TTL a stored clock must be idle before this daemon forgets
+    /// the conversation: on a database several daemons share, one upkeep period (another
+    /// daemon writes a use at its next upkeep, so until then the stored clock is that much
+    /// behind); none on a daemon's own database.
+    grace: Duration,
     cache: Cache<Arc<str>, Cached>,
     /// Not owned by the cache: it only holds weak references, so an evicted entry lives
     /// exactly as long as some call holds it.
@@ -276,17 +299,26 @@ impl Conversations {
                 }
             })
             .build();
+        let grace = if db.shared() {
+            upkeep_period(ttl)
+        } else {
+            Duration::ZERO
+        };
         Conversations {
             db,
             ttl,
+            grace,
             cache,
             live: Arc::default(),
             clocks,
         }
     }
 
-    fn ttl_ms(&self) -> i64 {
-        i64::try_from(self.ttl.as_millis()).unwrap_or(i64::MAX)
+    /// The clock before which a stored conversation is idle past the TTL (and the grace for
+    /// uses other daemons have not written yet), at `now`.
+    fn idle_cutoff(&self, now: i64) -> i64 {
+        let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+        now.saturating_sub(ms(self.ttl)).saturating_sub(ms(self.grace))
     }
 
     /// The one live entry for `id`: the cached one, else one a call still holds, else a new
@@ -350,9 +382,16 @@ impl Conversations {
         let mut guard = entry.clone().lock_owned().await;
         let generation = self.db.generation();
         if !guard.loaded || guard.unsure || guard.generation != generation {
+            // A use this copy holds and the database may not (the clock is written at upkeep,
+            // and a failed or raced write leaves it unwritten): it still counts after the
+            // re-read, or a failed write could make a conversation in use look idle.
+            let held = (guard.loaded && guard.generation == generation).then_some(guard.last_seen);
             match read(&session, generation, id).await {
                 Ok(read) => {
                     *guard = read;
+                    if let Some(seen) = held {
+                        guard.last_seen = guard.last_seen.max(seen);
+                    }
                     // A use the cache dropped before it was written.
                     if let Some(seen) = self.clocks.take(id) {
                         guard.last_seen = guard.last_seen.max(seen);
@@ -370,7 +409,7 @@ impl Conversations {
             check(&session, &mut guard, id).await?;
         }
         let now = now_ms();
-        let cutoff = now.saturating_sub(self.ttl_ms());
+        let cutoff = self.idle_cutoff(now);
         if guard.in_db && guard.last_seen < cutoff {
             if session.forget_idle_conversation(id, cutoff).await? {
                 *guard = Entry {
@@ -485,7 +524,7 @@ impl Conversations {
             }
         }
         session
-            .delete_idle_conversations(now_ms() - self.ttl_ms())
+            .delete_idle_conversations(self.idle_cutoff(now_ms()))
             .await?;
         Ok(())
     }
@@ -606,6 +645,34 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_use_held_in_memory_outlives_a_re_read_after_a_write_that_may_have_failed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.db");
+        let ttl = Duration::from_secs(1);
+        // Room in the cache: the copy stays cached (one the cache drops leaves its clock
+        // behind on its own way).
+        let db = Db::connect(&format!("sqlite://{}", path.display()))
+            .await
+            .unwrap();
+        let s = Conversations::new(db, ttl, 1 << 20);
+        load_a(&s, "c1").await;
+        tokio::time::sleep(ttl * 3 / 5).await;
+        {
+            // A use (its clock held in memory until upkeep), then a write that failed or
+            // was cancelled, which leaves the copy to be re-read.
+            let mut e = s.lock("c1").await.unwrap();
+            e.entry.unsure = true;
+        }
+        tokio::time::sleep(ttl * 3 / 5).await;
+        // The stored clock (the load's) is past the TTL; the last use is not.
+        assert_eq!(
+            s.lock("c1").await.unwrap().state().members,
+            vec![member("a", true, false)],
+            "forgotten within the TTL of its last use"
+        );
+    }
+
+    #[tokio::test]
     async fn upkeep_deletes_nothing_a_call_holds_while_its_stored_clock_is_old() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("c.db");
@@ -709,6 +776,21 @@ mod tests {
     }
 
     /// Two daemons' stores on one fresh PostgreSQL database; `None` without a test server.
+    #[test]
+    fn upkeep_comes_well_within_the_conversation_ttl() {
+        let s = Duration::from_secs;
+        let cases = [
+            (s(24 * 3600), s(60)),
+            (s(240), s(60)),
+            (s(120), s(30)),
+            (s(10), Duration::from_millis(2500)),
+            (Duration::from_millis(100), Duration::from_millis(100)),
+        ];
+        for (ttl, want) in cases {
+            assert_eq!(upkeep_period(ttl), want, "ttl {ttl:?}");
+        }
+    }
+
     async fn replicas(ttl: Duration) -> Option<(Conversations, Conversations)> {
         let admin = crate::db::testing::postgres_url()?;
         let url = crate::db::testing::fresh_postgres_database(&admin).await;
@@ -766,6 +848,35 @@ mod tests {
             a.maintain().await.unwrap();
         }
         // b's own last use is older than the TTL; a's recorded one is not.
+        assert_eq!(
+            b.lock("c1").await.unwrap().state().members,
+            vec![member("a", true, false)]
+        );
+    }
+
+    /// A use another daemon holds in memory until its next upkeep keeps the conversation:
+    /// the stored clock must be idle for the TTL and one upkeep period before a daemon
+    /// forgets it by that clock alone.
+    #[tokio::test]
+    async fn on_postgres_a_use_not_yet_written_by_another_daemon_keeps_the_conversation() {
+        let ttl = Duration::from_secs(4);
+        let Some((a, b)) = replicas(ttl).await else {
+            return;
+        };
+        load_a(&a, "c1").await;
+        tokio::time::sleep(ttl * 9 / 10).await;
+        // A use on b just within the TTL; b writes its clock at its next upkeep, not now.
+        drop(b.lock("c1").await.unwrap());
+        tokio::time::sleep(ttl * 3 / 20).await;
+        // The stored clock (the load's) is past the TTL, by less than the grace.
+        assert_eq!(
+            a.lock("c1").await.unwrap().state().members,
+            vec![member("a", true, false)],
+            "forgotten a moment after a use on another daemon"
+        );
+        // Once b writes its clock, that use counts for every daemon, as with any upkeep.
+        b.maintain().await.unwrap();
+        a.maintain().await.unwrap();
         assert_eq!(
             b.lock("c1").await.unwrap().state().members,
             vec![member("a", true, false)]

@@ -46,19 +46,6 @@ const REQUEST_OVERHEAD_BYTES: usize = 4096;
 /// After the drain timeout cut calls short, how long the final database flush may take.
 const CUT_GRACE: Duration = Duration::from_secs(1);
 
-/// How often conversation idle clocks are flushed and idle conversations forgotten, at most.
-const UPKEEP_PERIOD: Duration = Duration::from_secs(60);
-
-/// The upkeep period for a conversation TTL: [`UPKEEP_PERIOD`], or a quarter of a shorter
-/// TTL (100 ms at least). Idle clocks live in memory between flushes, and another daemon on
-/// the same database forgets a conversation by the clock written there: a flush must come
-/// well within the TTL, or a conversation in use on one daemon looks idle to the others.
-fn upkeep_period(conversation_ttl: Duration) -> Duration {
-    UPKEEP_PERIOD
-        .min(conversation_ttl / 4)
-        .max(Duration::from_millis(100))
-}
-
 /// Streams one connection may have open beyond the calls the daemon admits at once, for
 /// health checks.
 const HEALTH_STREAMS: u32 = 64;
@@ -268,7 +255,7 @@ pub async fn serve(
     let (stop_upkeep, upkeep_stopped) = tokio::sync::oneshot::channel::<()>();
     let upkeep = {
         let state = state.clone();
-        let period = upkeep_period(config.conversation_ttl);
+        let period = crate::conversations::upkeep_period(config.conversation_ttl);
         tokio::spawn(async move {
             state
                 .maintain(period, async {
@@ -377,24 +364,4 @@ pub async fn serve(
     }
     tracing::info!("stopped");
     result
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn upkeep_comes_well_within_the_conversation_ttl() {
-        let s = Duration::from_secs;
-        let cases = [
-            (s(24 * 3600), s(60)),
-            (s(240), s(60)),
-            (s(120), s(30)),
-            (s(10), Duration::from_millis(2500)),
-            (Duration::from_millis(100), Duration::from_millis(100)),
-        ];
-        for (ttl, want) in cases {
-            assert_eq!(upkeep_period(ttl), want, "ttl {ttl:?}");
-        }
-    }
 }
