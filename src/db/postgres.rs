@@ -347,11 +347,13 @@ pub(super) async fn announce_settings(pool: &PgPool, origin: &str) -> sqlx::Resu
 type ConversationRow = (i64, i64, Option<String>, Option<bool>, Option<bool>);
 
 pub(super) async fn load_conversation(pool: &PgPool, id: &str) -> sqlx::Result<Option<StoredConversation>> {
-    // One statement, so the row and its domains come from one snapshot.
+    // One statement, so the row and its domains come from one snapshot. Domains two
+    // daemons added at once share a `seq`; they sort by name in byte order, as the router
+    // and SQLite order names, whatever collation the database was created with.
     let rows: Vec<ConversationRow> = sqlx::query_as(
         "SELECT c.last_seen, c.version, d.domain, d.loaded, d.hit FROM conversations c \
          LEFT JOIN conversation_domains d ON d.conversation_id = c.id \
-         WHERE c.id = $1 ORDER BY d.seq, d.domain",
+         WHERE c.id = $1 ORDER BY d.seq, d.domain COLLATE \"C\"",
     )
     .bind(id)
     .fetch_all(pool)
@@ -466,7 +468,7 @@ pub(super) async fn delete_idle_conversations(pool: &PgPool, cutoff_ms: i64) -> 
 }
 
 pub(super) async fn read_domains(pool: &PgPool) -> sqlx::Result<Vec<(String, String)>> {
-    sqlx::query_as("SELECT name, manifest FROM domains ORDER BY name")
+    sqlx::query_as(r#"SELECT name, manifest FROM domains ORDER BY name COLLATE "C""#)
         .fetch_all(pool)
         .await
 }
