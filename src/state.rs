@@ -577,6 +577,12 @@ pub struct Reloaded {
     pub runtime_read: bool,
 }
 
+/// Logged when a replaced SQLite file's run-time domains are served.
+const REPLACED_FILE: &str = "the database file was replaced: serving the run-time domains it holds";
+
+/// Logged when the run-time domains another daemon changed are served.
+const CHANGED_BY_ANOTHER_DAEMON: &str = "another daemon changed the run-time domains: serving them as stored";
+
 impl State {
     /// Opens the database, reads the settings and the domains registered at run time, and
     /// builds the automaton. `registry` is the manifests' (files or the demo); the state
@@ -1028,13 +1034,19 @@ impl State {
     /// Serves the run-time domains as stored now, beside the manifests as last loaded (the
     /// manifest folders are not read again: that is a reload's), when they make another
     /// registry: after the SQLite file was replaced by a backup, whose stored domains may
-    /// differ from those read at start.
+    /// differ from those read at start, and after another daemon changed them (PostgreSQL).
+    /// `why` is logged when the registry changed. The domains are read under the lock that
+    /// orders registry changes, so a local upsert cannot be undone by an older read.
     ///
     /// # Errors
-    /// A database fault, or an automaton too large.
-    async fn take_stored_domains(&self) -> Result<()> {
-        let rows = self.inner.db.read_domains().await?;
+    /// `Ok(Err(_))` for a database fault reading them (the caller decides when to try
+    /// again); `Err` for an automaton too large.
+    async fn take_stored_domains(&self, why: &'static str) -> Result<Result<()>> {
         let mut sources = self.inner.sources.lock().await;
+        let rows = match self.inner.db.read_domains().await {
+            Ok(rows) => rows,
+            Err(e) => return Ok(Err(e)),
+        };
         let manifests = sources.manifests.clone();
         let keyword_match = self.inner.keyword_match;
         let served = self.inner.view.load().registry.version();
@@ -1052,10 +1064,10 @@ impl State {
             tracing::info!(
                 registry_version = %format!("{:016x}", parts.registry.version()),
                 runtime_domains = sources.runtime.len(),
-                "the database file was replaced: serving the run-time domains it holds"
+                "{why}"
             );
         }
-        Ok(())
+        Ok(Ok(()))
     }
 
     /// Registers a domain from one native JSON manifest (SPEC §10), validated as a manifest
@@ -1206,7 +1218,7 @@ impl State {
                     // A backup moved over the SQLite file: serve the run-time domains it holds.
                     let generation = self.inner.db.generation();
                     if generation != file_generation {
-                        match self.take_stored_domains().await {
+                        match self.take_stored_domains(REPLACED_FILE).await.and_then(|read| read) {
                             Ok(()) => file_generation = generation,
                             Err(e) => tracing::warn!(
                                 error = %e,
@@ -1244,21 +1256,27 @@ impl State {
         }
     }
 
-    /// Rebuilds the registry with the run-time domains as stored now, after a notice that
-    /// they changed; when they could not be read, when to try again (the notice's news is
-    /// still to take, and no other notice may come): [`crate::db::NOTICE_RETRY`] after the
-    /// first failure, twice the wait after each other (`retry`: the attempt this one is),
-    /// at most a minute.
+    /// Serves the run-time domains as stored now, after a notice that they changed (the
+    /// manifests as last loaded: a notice is no reload, and a manifest mid-edit on this
+    /// machine must not keep another daemon's change out); when they could not be read,
+    /// when to try again (the notice's news is still to take, and no other notice may
+    /// come): [`crate::db::NOTICE_RETRY`] after the first failure, twice the wait after
+    /// each other (`retry`: the attempt this one is), at most a minute.
     async fn take_runtime_domains(
         &self,
         retry: Option<(tokio::time::Instant, Duration)>,
     ) -> Option<(tokio::time::Instant, Duration)> {
-        match self.reload().await {
-            Ok(r) if r.runtime_read => None,
-            Ok(_) => {
+        match self.take_stored_domains(CHANGED_BY_ANOTHER_DAEMON).await {
+            Ok(Ok(())) => None,
+            Ok(Err(e)) => {
                 let wait = retry.map_or(crate::db::NOTICE_RETRY, |(_, w)| {
                     (w * 2).min(Duration::from_secs(60))
                 });
+                tracing::warn!(
+                    error = %e,
+                    retry_in = %humantime::format_duration(wait),
+                    "cannot read the run-time domains another daemon changed; the registry serves on"
+                );
                 Some((tokio::time::Instant::now() + wait, wait))
             }
             Err(e) => {
@@ -1299,5 +1317,47 @@ mod tests {
         assert!(second.0 > first.0);
         std::fs::rename(dir.path().join("moved.db"), &path).unwrap();
         assert_eq!(state.take_runtime_domains(Some(second)).await, None);
+    }
+
+    /// A notice that another daemon changed the run-time domains serves them beside the
+    /// manifests as last loaded: a manifest broken on this machine meanwhile (mid-edit)
+    /// neither keeps the change out nor goes live without a reload.
+    #[tokio::test]
+    async fn another_daemons_domains_are_served_without_reading_the_manifests_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let manifests = dir.path().join("manifests");
+        std::fs::create_dir(&manifests).unwrap();
+        let config = Config {
+            database: format!("sqlite://{}", dir.path().join("s.db").display()),
+            manifests: vec![manifests.clone()],
+            ..Config::default()
+        };
+        let state = State::new(Registry::demo(), &config).await.unwrap();
+        let other = State::new(Registry::demo(), &config).await.unwrap();
+        std::fs::write(manifests.join("mid_edit.json"), "{").unwrap();
+        other
+            .upsert_domain(
+                r#"{"name": "weather", "description": "Forecasts", "keywords": ["forecast"],
+                    "tools": [{"name": "get_forecast", "description": "The forecast",
+                               "input_schema": {"type": "object"}}]}"#,
+            )
+            .await
+            .unwrap();
+        let demo = state.view().await.registry.domains().len();
+        assert_eq!(state.take_runtime_domains(None).await, None);
+        let registry = state.view().await.registry.clone();
+        assert!(
+            registry.find("weather").is_some(),
+            "the other daemon's domain is served"
+        );
+        assert_eq!(
+            registry.domains().len(),
+            demo + 1,
+            "and the manifests as last loaded"
+        );
+        // Read under the registry lock, an unchanged store changes nothing.
+        let version = registry.version();
+        assert_eq!(state.take_runtime_domains(None).await, None);
+        assert_eq!(state.view().await.registry.version(), version);
     }
 }
