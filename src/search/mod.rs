@@ -948,7 +948,7 @@ impl SearchIndex {
     }
 
     /// For each domain, up to `limit` words that best separate its tools from the rest of
-    /// the registry and that neither its keywords nor its name already cover, best first: terms ranked
+    /// the registry and that none of its keywords already is, best first: terms ranked
     /// by the share of the domain's tools that hold them times their IDF outside it (SPEC §8
     /// `keywords suggest`).
     pub(crate) fn suggest_keywords(&self, registry: &Registry, limit: usize) -> Vec<Vec<(String, f32)>> {
@@ -1008,11 +1008,13 @@ impl SearchIndex {
                 if size == 0.0 {
                     return Vec::new();
                 }
-                // Its keywords, and its own name, which every tool of it carries.
+                // Its keywords of one word. One of several words (`magnet link`) is no keyword
+                // for any word of it alone: a message saying only `magnet` does not hit it.
+                // Its name is no keyword either: a message naming it hits none.
                 let covered: Vec<String> = domain
                     .keywords
                     .iter()
-                    .chain([&domain.name, &domain.display_name])
+                    .filter(|k| !k.trim().contains(char::is_whitespace))
                     .flat_map(|k| self.analyzer.stems(&analysis::split_identifier(k)))
                     .collect();
                 let mut inside: HashMap<&str, (usize, bool)> = HashMap::new();

@@ -605,6 +605,35 @@ fn keyword_suggestions_come_from_what_the_tools_say_and_tell_domains_apart() {
 }
 
 #[test]
+fn keyword_suggestions_leave_out_only_what_a_keyword_already_hits() {
+    // Its tools say its name (no keyword), and `magnet`, which only a keyword of two words
+    // holds; `torrent` is a keyword of its own.
+    let registry = Registry::from_sources([
+        (
+            "qbittorrent.json",
+            r#"{"name":"qbittorrent","keywords":["torrent","magnet link"],"tools":[
+                {"name":"add","description":"Add a magnet or a torrent to qBittorrent"},
+                {"name":"list","description":"List the magnet downloads and torrents in qBittorrent"}]}"#,
+        ),
+        (
+            "other.json",
+            r#"{"name":"other","tools":[{"name":"x","description":"Something else entirely"}]}"#,
+        ),
+    ])
+    .unwrap();
+    let index = SearchIndex::new(&registry);
+    let qbt = registry.find("qbittorrent").unwrap().index();
+    let suggested: Vec<String> = index.suggest_keywords(&registry, 10)[qbt]
+        .iter()
+        .map(|(w, _)| w.clone())
+        .collect();
+    for wanted in ["qbittorrent", "magnet"] {
+        assert!(suggested.contains(&wanted.to_string()), "{wanted}: {suggested:?}");
+    }
+    assert!(!suggested.contains(&"torrent".to_string()), "{suggested:?}");
+}
+
+#[test]
 fn keyword_suggestions_are_words_a_user_would_say() {
     let registry = Registry::from_sources([
         (
