@@ -276,12 +276,21 @@ impl Config {
     /// The configuration as a TOML file `--config` would accept. The auth token and the
     /// database URL's credentials are never printed; a comment says when they were left out.
     pub(crate) fn to_toml(&self) -> String {
+        self.to_toml_for(None)
+    }
+
+    /// [`Config::to_toml`] as a caller bound to `profile` may see it (SPEC §10: what is
+    /// outside its profile is invisible to it): of the profiles, only its own.
+    pub(crate) fn to_toml_for(&self, profile: Option<&str>) -> String {
         let database = crate::db::redact_url(&self.database);
         let redacted = database != self.database;
-        let shown = Config {
+        let mut shown = Config {
             database,
             ..self.clone()
         };
+        if let Some(p) = profile {
+            shown.profiles.retain(|name, _| name == p);
+        }
         // Every field is a string, number, bool, list or absent option, all of which TOML
         // holds; only a path that is not UTF-8 cannot be written, and then the text says so.
         let mut out = toml::to_string(&shown)
@@ -297,6 +306,13 @@ impl Config {
         }
         if redacted {
             out.push_str("# database credentials are set (not printed)\n");
+        }
+        if let Some(p) = profile
+            && self.profiles.len() > 1
+        {
+            out.push_str(&format!(
+                "# profiles other than '{p}' are not shown to a token bound to it\n"
+            ));
         }
         // Printed with `println!`-style line ends by its callers.
         out.truncate(out.trim_end().len());

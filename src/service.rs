@@ -577,9 +577,11 @@ impl ToolRouter for ToolRouterService {
 
     async fn describe_server(
         &self,
-        _request: Request<proto::DescribeServerRequest>,
+        request: Request<proto::DescribeServerRequest>,
     ) -> Result<Response<proto::DescribeServerResponse>, Status> {
-        let d = self.state.describe();
+        // A token bound to a profile sees its own profile's configuration only.
+        let bound = request.extensions().get::<BoundProfile>();
+        let d = self.state.describe(bound.map(|b| &*b.0));
         Ok(Response::new(proto::DescribeServerResponse {
             version: env!("CARGO_PKG_VERSION").to_string(),
             registry_version: d.registry_version,

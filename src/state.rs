@@ -512,8 +512,8 @@ struct Inner {
     sources: tokio::sync::Mutex<Sources>,
     /// When the daemon started, for `DescribeServer`'s uptime.
     started: std::time::Instant,
-    /// The effective configuration as TOML, secrets left out, for `DescribeServer`.
-    config_toml: String,
+    /// The effective configuration, for `DescribeServer` (as TOML, secrets left out).
+    config: Config,
     /// The database URL, credentials removed.
     database: String,
     /// The server's budget: `--max-tools` (0: none) and `--token-budget`.
@@ -627,7 +627,7 @@ impl State {
                 keyword_match: config.keyword_match,
                 sources: tokio::sync::Mutex::new(Sources { manifests, runtime }),
                 started: std::time::Instant::now(),
-                config_toml: config.to_toml(),
+                config: config.clone(),
                 database: crate::db::redact_url(&config.database),
                 limits: Limits {
                     max_tools: (config.max_tools > 0).then_some(u64::from(config.max_tools)),
@@ -638,8 +638,9 @@ impl State {
         })
     }
 
-    /// What the daemon serves and from where.
-    pub fn describe(&self) -> Description {
+    /// What the daemon serves and from where, as a caller bound to `profile` (SPEC §10)
+    /// may see it.
+    pub fn describe(&self, profile: Option<&str>) -> Description {
         let view = self.inner.view.load();
         Description {
             registry_version: view.registry.version(),
@@ -649,7 +650,7 @@ impl State {
             database_path: self.inner.db.path().map(crate::db::absolute),
             settings_age: self.inner.settings.age(),
             uptime: self.inner.started.elapsed(),
-            config_toml: self.inner.config_toml.clone(),
+            config_toml: self.inner.config.to_toml_for(profile),
         }
     }
 

@@ -320,7 +320,7 @@ impl Metrics {
     /// The Prometheus text exposition, with the gauges read from `state` now.
     pub(crate) async fn render(&self, state: &State) -> String {
         let m = &self.inner;
-        let d = state.describe();
+        let d = state.describe(None);
         m.settings_age.set(d.settings_age.as_secs_f64());
         m.conversations
             .set(i64::try_from(state.conversations_cached().await).unwrap_or(i64::MAX));

@@ -502,6 +502,13 @@ async fn a_token_bound_to_a_profile_cannot_change_the_registry_and_the_daemons_t
     let app = TestApp::builder()
         .config(|c| {
             c.profiles.insert("media".into(), ProfileConfig::default());
+            c.profiles.insert(
+                "ops".into(),
+                ProfileConfig {
+                    deny_tools: vec!["docker_prune_images".into()],
+                    ..ProfileConfig::default()
+                },
+            );
             c.auth_token = Some("admin-token".into());
             c.tokens = std::collections::BTreeMap::from([("media-token".to_string(), "media".to_string())]);
         })
@@ -528,6 +535,33 @@ async fn a_token_bound_to_a_profile_cannot_change_the_registry_and_the_daemons_t
     assert!(err.message().contains("DeleteDomain"), "{}", err.message());
     assert_eq!(stored(&app).await, ["lab"], "still stored");
     assert!(admin.delete_domain(delete()).await.unwrap().into_inner().deleted);
+    // DescribeServer shows a bound token its own profile only: another profile's patterns
+    // name what this one must not see (SPEC §10); the daemon's token sees them all.
+    let described = |c: &mut toolrouter::cli::connection::Client| {
+        let mut c = c.clone();
+        async move {
+            c.describe_server(toolrouter::proto::DescribeServerRequest {})
+                .await
+                .unwrap()
+                .into_inner()
+                .config_toml
+        }
+    };
+    let seen = described(&mut media).await;
+    assert!(seen.contains("[profiles.media]"), "{seen}");
+    assert!(
+        !seen.contains("[profiles.ops]") && !seen.contains("docker_prune_images"),
+        "{seen}"
+    );
+    assert!(
+        seen.contains("profiles other than 'media' are not shown"),
+        "{seen}"
+    );
+    let all = described(&mut admin).await;
+    assert!(
+        all.contains("[profiles.ops]") && all.contains("docker_prune_images"),
+        "{all}"
+    );
     app.stop().await;
 }
 
