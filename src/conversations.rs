@@ -775,7 +775,6 @@ mod tests {
         assert_eq!(members, vec![member("a", true, true), member("b", true, true)]);
     }
 
-    /// Two daemons' stores on one fresh PostgreSQL database; `None` without a test server.
     #[test]
     fn upkeep_comes_well_within_the_conversation_ttl() {
         let s = Duration::from_secs;
@@ -791,6 +790,7 @@ mod tests {
         }
     }
 
+    /// Two daemons' stores on one fresh PostgreSQL database; `None` without a test server.
     async fn replicas(ttl: Duration) -> Option<(Conversations, Conversations)> {
         let admin = crate::db::testing::postgres_url()?;
         let url = crate::db::testing::fresh_postgres_database(&admin).await;
