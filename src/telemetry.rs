@@ -4,8 +4,10 @@
 //! method, the gRPC status code and the latency, plus what the handler summarised in a
 //! [`CallSummary`] response extension (for `Route`: tools sent, domains with reasons, whether
 //! it was a fallback; a short hash of the conversation id, never the message). A failed call
-//! is logged at warn with its cause (the status message). The same observations feed the
-//! [`Metrics`], which `--metrics-listen` serves in the Prometheus text format.
+//! is logged at warn with its cause (the status message); a call dropped before it answered
+//! (its caller gone, or its `grpc-timeout` passed) as `CANCELLED`; a stream when it ends,
+//! with the status in its trailers. The same observations feed the [`Metrics`], which
+//! `--metrics-listen` serves in the Prometheus text format.
 //!
 //! Metrics are built with the `prometheus` crate (the Prometheus project's Rust client): each
 //! daemon owns its own registry, so several servers in one process (the tests) keep separate
@@ -15,7 +17,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwapOption;
 use prometheus::{
@@ -452,9 +454,10 @@ where
     S::Future: Send + 'static,
     S::Error: std::fmt::Display,
     B: Send + 'static,
-    R: Send + 'static,
+    R: http_body::Body + Unpin + Send + 'static,
+    R::Error: std::fmt::Display,
 {
-    type Response = http::Response<R>;
+    type Response = http::Response<LoggedBody<R>>;
     type Error = S::Error;
     type Future = BoxFuture<Self::Response, Self::Error>;
 
@@ -468,13 +471,18 @@ where
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let metrics = self.metrics.clone();
         let path = request.uri().path().to_string();
+        let deadline = grpc_timeout(request.headers());
         Box::pin(async move {
             let started = Instant::now();
-            // A call whose future is dropped before it answers (cut at the drain timeout, or
-            // given up by its client) still gets its one line.
+            // A call whose future is dropped before it answers (given up by its client, cut
+            // at its deadline or at the drain timeout) still gets its line and its count.
             let unanswered = Unanswered {
-                path: Some(path),
-                started,
+                call: Some(Ended {
+                    path,
+                    started,
+                    metrics,
+                }),
+                deadline,
             };
             let (mut result, conversation) = CALL_CONVERSATION
                 .scope(std::cell::RefCell::new(None), async move {
@@ -482,61 +490,228 @@ where
                     (result, CALL_CONVERSATION.with(|c| c.take()))
                 })
                 .await;
-            let path = unanswered.answered();
+            let call = unanswered.answered();
             if let Ok(response) = &mut result {
                 over_transport_limit_is_resource_exhausted(response);
             }
-            let elapsed = started.elapsed();
-            let method = logged_method(&path);
-            let latency_ms = elapsed.as_secs_f64() * 1000.0;
-            match &mut result {
-                Ok(response) => {
-                    // A unary error is a trailers-only answer: its status is in the headers.
-                    // Without one the call succeeded (OK travels in the trailers).
-                    let status = tonic::Status::from_header_map(response.headers());
-                    let code = status.as_ref().map_or(tonic::Code::Ok, tonic::Status::code);
-                    let code_name = code_name(code);
-                    let summary = response.extensions().get::<CallSummary>();
-                    if let Some(m) = &metrics {
-                        m.observe(method_label(&path), code_name, elapsed.as_secs_f64(), summary);
-                    }
-                    if let Some(status) = status.filter(|s| s.code() != tonic::Code::Ok) {
-                        tracing::warn!(
-                            method = %method,
-                            code = code_name,
-                            latency_ms,
-                            conversation = conversation.as_deref().unwrap_or(""),
-                            cause = %status.message(),
-                            "call failed"
-                        );
-                    } else if method.starts_with("/grpc.") {
-                        // Health probes and reflection are frequent and say little.
-                        tracing::debug!(method = %method, code = code_name, latency_ms, "call");
-                    } else {
-                        // The summary is the log line's now; nothing reads it after this.
-                        CallLine {
-                            method: method.into_owned(),
-                            latency_ms,
-                            summary: response.extensions_mut().remove().unwrap_or_default(),
-                        }
-                        .write_after_the_answer();
-                    }
-                }
+            let mut response = match result {
+                Ok(response) => response,
                 Err(e) => {
-                    if let Some(m) = &metrics {
-                        m.observe(
-                            method_label(&path),
-                            "TRANSPORT_ERROR",
-                            elapsed.as_secs_f64(),
-                            None,
-                        );
-                    }
-                    tracing::warn!(method = %method, latency_ms, cause = %e, "call failed in transport");
+                    call.transport_error(&e);
+                    return Err(e);
                 }
+            };
+            // A unary error is a trailers-only answer: its status is in the headers. Without
+            // one the call succeeded (OK travels in the trailers), unless it is a stream,
+            // whose status comes at its end.
+            let status = tonic::Status::from_header_map(response.headers());
+            if status.is_none() && STREAMS.contains(&call.path.as_str()) {
+                return Ok(response.map(|body| LoggedBody {
+                    inner: body,
+                    stream: Some((call, conversation)),
+                }));
             }
-            result
+            let code = status.as_ref().map_or(tonic::Code::Ok, tonic::Status::code);
+            let summary = response.extensions_mut().remove::<CallSummary>();
+            match status.filter(|s| s.code() != tonic::Code::Ok) {
+                Some(status) => {
+                    call.failed(code, status.message(), conversation.as_deref(), summary.as_ref())
+                }
+                None => call.succeeded(summary.unwrap_or_default(), true),
+            }
+            Ok(response.map(|body| LoggedBody {
+                inner: body,
+                stream: None,
+            }))
         })
     }
+}
+
+/// The streamed answers (server streams): their line and count wait for the stream's end.
+const STREAMS: &[&str] = &[
+    "/toolrouter.v1.ToolRouter/WatchRegistry",
+    "/grpc.health.v1.Health/Watch",
+    "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+    "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+];
+
+/// A call as the call log ends it: one line and one count, whichever way it ends.
+struct Ended {
+    path: String,
+    started: Instant,
+    metrics: Option<Metrics>,
+}
+
+impl Ended {
+    fn observe(&self, code: &str, summary: Option<&CallSummary>) {
+        if let Some(m) = &self.metrics {
+            m.observe(
+                method_label(&self.path),
+                code,
+                self.started.elapsed().as_secs_f64(),
+                summary,
+            );
+        }
+    }
+
+    fn latency_ms(&self) -> f64 {
+        self.started.elapsed().as_secs_f64() * 1000.0
+    }
+
+    /// A call answered OK: its info line, written after the answer when `after_the_answer`
+    /// (health probes and reflection, frequent and telling little, at debug).
+    fn succeeded(self, summary: CallSummary, after_the_answer: bool) {
+        self.observe(code_name(tonic::Code::Ok), Some(&summary));
+        let method = logged_method(&self.path);
+        let latency_ms = self.latency_ms();
+        if method.starts_with("/grpc.") {
+            tracing::debug!(method = %method, code = code_name(tonic::Code::Ok), latency_ms, "call");
+            return;
+        }
+        let line = CallLine {
+            method: method.into_owned(),
+            latency_ms,
+            summary,
+        };
+        if after_the_answer {
+            line.write_after_the_answer();
+        }
+    }
+
+    /// A call that ended with status `code`, not OK: a warn line with its cause.
+    fn failed(
+        self,
+        code: tonic::Code,
+        cause: &str,
+        conversation: Option<&str>,
+        summary: Option<&CallSummary>,
+    ) {
+        let code_name = code_name(code);
+        self.observe(code_name, summary);
+        tracing::warn!(
+            method = %logged_method(&self.path),
+            code = code_name,
+            latency_ms = self.latency_ms(),
+            conversation = conversation.unwrap_or(""),
+            cause = %cause,
+            "call failed"
+        );
+    }
+
+    /// A call whose answer failed in the transport (no gRPC status).
+    fn transport_error(self, e: &dyn std::fmt::Display) {
+        self.observe("TRANSPORT_ERROR", None);
+        tracing::warn!(
+            method = %logged_method(&self.path),
+            latency_ms = self.latency_ms(),
+            cause = %e,
+            "call failed in transport"
+        );
+    }
+}
+
+/// An answer's body, as the call log passes it on. A stream's carries its call, ended by
+/// the status in its trailers, or `CANCELLED` when the body is dropped before them (its
+/// caller closed it or went away, or the daemon cut it at the drain timeout).
+pub(crate) struct LoggedBody<R> {
+    inner: R,
+    stream: Option<(Ended, Option<String>)>,
+}
+
+impl<R> LoggedBody<R> {
+    fn end(&mut self, status: Option<tonic::Status>) {
+        let Some((call, conversation)) = self.stream.take() else {
+            return;
+        };
+        match status.filter(|s| s.code() != tonic::Code::Ok) {
+            Some(s) => call.failed(s.code(), s.message(), conversation.as_deref(), None),
+            None => call.succeeded(
+                CallSummary {
+                    conversation,
+                    ..CallSummary::default()
+                },
+                false,
+            ),
+        }
+    }
+}
+
+impl<R> http_body::Body for LoggedBody<R>
+where
+    R: http_body::Body + Unpin,
+    R::Error: std::fmt::Display,
+{
+    type Data = R::Data;
+    type Error = R::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        if self.stream.is_some() {
+            match &polled {
+                Poll::Ready(Some(Ok(frame))) => {
+                    if let Some(trailers) = frame.trailers_ref() {
+                        let status = tonic::Status::from_header_map(trailers);
+                        self.end(status);
+                    }
+                }
+                Poll::Ready(Some(Err(e))) => {
+                    if let Some((call, _)) = self.stream.take() {
+                        call.transport_error(e);
+                    }
+                }
+                Poll::Ready(None) => self.end(None),
+                Poll::Pending => {}
+            }
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl<R> Drop for LoggedBody<R> {
+    fn drop(&mut self) {
+        if let Some((call, conversation)) = self.stream.take() {
+            let code = code_name(tonic::Code::Cancelled);
+            call.observe(code, None);
+            tracing::info!(
+                method = %logged_method(&call.path),
+                code,
+                latency_ms = call.latency_ms(),
+                conversation = conversation.as_deref().unwrap_or(""),
+                "stream closed before its end (by its caller, or cut at the drain timeout)"
+            );
+        }
+    }
+}
+
+/// The deadline a caller set on its call (`grpc-timeout`: at most 8 digits and a unit).
+fn grpc_timeout(headers: &http::HeaderMap) -> Option<Duration> {
+    let value = headers.get("grpc-timeout")?.to_str().ok()?;
+    let unit = value.chars().last()?;
+    let digits = &value[..value.len() - unit.len_utf8()];
+    if digits.is_empty() || digits.len() > 8 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let n: u64 = digits.parse().ok()?;
+    Some(match unit {
+        'H' => Duration::from_secs(n * 3600),
+        'M' => Duration::from_secs(n * 60),
+        'S' => Duration::from_secs(n),
+        'm' => Duration::from_millis(n),
+        'u' => Duration::from_micros(n),
+        'n' => Duration::from_nanos(n),
+        _ => return None,
+    })
 }
 
 /// The info line of a call that succeeded. It is written after the answer's bytes leave
@@ -582,29 +757,46 @@ impl Drop for CallLine {
     }
 }
 
-/// Logs a call dropped before it answered, when dropped armed.
+/// Ends a call dropped before it answered, when dropped armed: `CANCELLED`, as gRPC names a
+/// call its caller gave up (tonic answers a call past its `grpc-timeout` so).
 struct Unanswered {
-    /// The call's path while armed.
-    path: Option<String>,
-    started: Instant,
+    /// The call while armed.
+    call: Option<Ended>,
+    /// The caller's deadline, if it set one.
+    deadline: Option<Duration>,
 }
 
 impl Unanswered {
-    /// Disarms it (the call answered, and the call log's line follows), giving its path back.
-    fn answered(mut self) -> String {
-        self.path.take().unwrap_or_default()
+    /// Disarms it (the call answered, and the call log's line follows), giving the call back.
+    fn answered(mut self) -> Ended {
+        self.call.take().expect("armed until answered")
     }
 }
 
 impl Drop for Unanswered {
     fn drop(&mut self) {
-        if let Some(path) = self.path.take() {
-            tracing::warn!(
-                method = %logged_method(&path),
-                latency_ms = self.started.elapsed().as_secs_f64() * 1000.0,
-                "call dropped before it answered (client gone, or cut at the drain timeout)"
-            );
-        }
+        let Some(call) = self.call.take() else { return };
+        let code = code_name(tonic::Code::Cancelled);
+        call.observe(code, None);
+        let elapsed = call.started.elapsed();
+        // tonic's timer for the deadline starts just before this call's clock (and fires on
+        // a millisecond tick), so a call it cut has run its deadline less a few microseconds.
+        let cause = match self.deadline {
+            Some(d) if elapsed + Duration::from_millis(1) >= d => format!(
+                "the caller's deadline (grpc-timeout) of {} passed",
+                humantime::format_duration(d)
+            ),
+            _ => {
+                "the caller cancelled it or went away, or the daemon stopped at the drain timeout".to_string()
+            }
+        };
+        tracing::warn!(
+            method = %logged_method(&call.path),
+            code,
+            latency_ms = elapsed.as_secs_f64() * 1000.0,
+            cause = %cause,
+            "call dropped before it answered"
+        );
     }
 }
 
@@ -1049,6 +1241,35 @@ mod tests {
         let forged = "/x\n{\"level\":\"ERROR\"}";
         assert!(!logged_method(forged).contains('\n'), "{}", logged_method(forged));
         assert!(logged_method("/toolrouter.v1.ToolRouter/Nope").starts_with("/toolrouter.v1.ToolRouter/"));
+    }
+
+    #[test]
+    fn a_callers_deadline_is_read_from_grpc_timeout_and_a_malformed_one_is_none() {
+        let cases: &[(&str, Option<Duration>)] = &[
+            ("300m", Some(Duration::from_millis(300))),
+            ("2S", Some(Duration::from_secs(2))),
+            ("1H", Some(Duration::from_secs(3600))),
+            ("5M", Some(Duration::from_secs(300))),
+            ("250u", Some(Duration::from_micros(250))),
+            ("99999999n", Some(Duration::from_nanos(99_999_999))),
+            // Nine digits, no digits, no unit, a unit gRPC does not define, a sign.
+            ("123456789m", None),
+            ("m", None),
+            ("300", None),
+            ("3s", None),
+            ("-3S", None),
+            ("3 S", None),
+            ("3é", None),
+        ];
+        for &(value, want) in cases {
+            let mut headers = http::HeaderMap::new();
+            headers.insert(
+                "grpc-timeout",
+                http::HeaderValue::from_bytes(value.as_bytes()).unwrap(),
+            );
+            assert_eq!(grpc_timeout(&headers), want, "{value}");
+        }
+        assert_eq!(grpc_timeout(&http::HeaderMap::new()), None);
     }
 
     #[test]

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use tonic::Code;
 use tonic_health::pb::health_check_response::ServingStatus;
-use toolrouter::proto::{InvalidateSettingsRequest, ListGroupsRequest, Reason};
+use toolrouter::proto::{InvalidateSettingsRequest, ListGroupsRequest, Reason, WatchRegistryRequest};
 
 use crate::helpers::{
     Backend, Daemon, WriteLock, call_lines, certificates, conversation_hash, database_on, db_url,
@@ -493,6 +493,105 @@ async fn bad_database_urls_and_tls_files_are_bad_configuration_exit_2() {
             shown(&out)
         );
     }
+}
+
+#[tokio::test]
+async fn calls_cut_at_their_callers_deadline_and_streams_are_logged_and_counted_as_they_ended() {
+    let dir = temp_dir();
+    set_settings(dir.path(), &[("qbittorrent_url", "http://nas:8080")]).await;
+    let metrics = free_addr();
+    let mut daemon = Daemon::start(
+        dir.path(),
+        &["--metrics-listen", &metrics, "--busy-timeout", "30s"],
+    );
+    let mut c = daemon.client().await;
+
+    // A load waiting for another writer's lock past the 300 ms its caller allows: tonic
+    // answers it CANCELLED at the caller's deadline and drops the call.
+    let lock = WriteLock::take(dir.path()).await;
+    let mut request = tonic::Request::new(load_request("c1", "qbittorrent"));
+    request.set_timeout(Duration::from_millis(300));
+    let cut = c.load_tool_group(request).await.unwrap_err();
+    assert_eq!(cut.code(), Code::Cancelled, "{cut:?}");
+    lock.release().await;
+
+    // A watch its caller closes, and one still open when the daemon stops.
+    let watch = || WatchRegistryRequest::default();
+    let mut closed = c.watch_registry(watch()).await.unwrap().into_inner();
+    closed.message().await.unwrap().expect("the current state");
+    drop(closed);
+    let mut open = c.watch_registry(watch()).await.unwrap().into_inner();
+    open.message().await.unwrap().expect("the current state");
+
+    let series =
+        |code: &str, method: &str| format!(r#"toolrouter_requests_total{{code="{code}",method="{method}"}}"#);
+    let wanted = [
+        (series("CANCELLED", "LoadToolGroup"), 1.0),
+        (series("CANCELLED", "WatchRegistry"), 1.0),
+        // A stream is counted when it ends, not when its headers go out.
+        (series("OK", "WatchRegistry"), 0.0),
+    ];
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = scrape(&metrics);
+        let off: Vec<_> = wanted
+            .iter()
+            .filter(|(s, want)| sample(&text, s) != *want)
+            .collect();
+        if off.is_empty() {
+            assert_eq!(
+                sample(
+                    &text,
+                    r#"toolrouter_request_duration_seconds_count{method="WatchRegistry"}"#
+                ),
+                1.0,
+                "{text}"
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "{off:?}:\n{text}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    daemon.signal("TERM");
+    let ended = open.message().await.unwrap_err();
+    assert_eq!(ended.code(), Code::Unavailable, "{ended:?}");
+    let status = daemon.exit(Duration::from_secs(10)).await.expect("exits");
+    assert!(status.success());
+
+    let log = daemon.log();
+    let lines = json_lines(&log);
+    let of = |method: &str, message: &str| -> Vec<&serde_json::Value> {
+        lines
+            .iter()
+            .filter(|v| v["fields"]["method"] == method && v["fields"]["message"] == message)
+            .map(|v| &v["fields"])
+            .collect()
+    };
+    let dropped = of("LoadToolGroup", "call dropped before it answered");
+    assert_eq!(dropped.len(), 1, "{log}");
+    assert_eq!(dropped[0]["code"], "CANCELLED", "{log}");
+    assert_eq!(
+        dropped[0]["cause"], "the caller's deadline (grpc-timeout) of 300ms passed",
+        "{log}"
+    );
+    let closed = of(
+        "WatchRegistry",
+        "stream closed before its end (by its caller, or cut at the drain timeout)",
+    );
+    assert_eq!(closed.len(), 1, "{log}");
+    assert_eq!(closed[0]["code"], "CANCELLED", "{log}");
+    let failed = of("WatchRegistry", "call failed");
+    assert_eq!(failed.len(), 1, "{log}");
+    assert_eq!(failed[0]["code"], "UNAVAILABLE", "{log}");
+    assert!(
+        failed[0]["cause"].as_str().unwrap().contains("shutting down"),
+        "{log}"
+    );
+    assert!(
+        of("WatchRegistry", "call").is_empty(),
+        "no OK line for a stream:\n{log}"
+    );
 }
 
 #[tokio::test]
