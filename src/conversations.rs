@@ -118,12 +118,29 @@ async fn check(session: &Session, entry: &mut Entry, id: &str) -> Result<()> {
         Ok(_) => {
             // Another daemon's change: its state, and the later of the two uses.
             let seen = entry.last_seen;
-            *entry = read(session, entry.generation, id).await?;
-            entry.last_seen = entry.last_seen.max(seen);
+            reread(session, entry, entry.generation, id, Some(seen)).await?;
         }
         Err(e) => {
             tracing::warn!(error = %e, "cannot check the conversation; using the copy held in memory");
         }
+    }
+    Ok(())
+}
+
+/// Replaces `entry` with the conversation as stored, keeping the later of the stored use and
+/// `held`: a use a copy held that the database may not (the clock is written at upkeep, and a
+/// failed or raced write leaves it unwritten) still counts, or a conversation in use could
+/// look idle. On an error `entry` is unchanged.
+async fn reread(
+    session: &Session,
+    entry: &mut Entry,
+    generation: u64,
+    id: &str,
+    held: Option<i64>,
+) -> Result<()> {
+    *entry = read(session, generation, id).await?;
+    if let Some(seen) = held {
+        entry.last_seen = entry.last_seen.max(seen);
     }
     Ok(())
 }
@@ -382,16 +399,10 @@ impl Conversations {
         let mut guard = entry.clone().lock_owned().await;
         let generation = self.db.generation();
         if !guard.loaded || guard.unsure || guard.generation != generation {
-            // A use this copy holds and the database may not (the clock is written at upkeep,
-            // and a failed or raced write leaves it unwritten): it still counts after the
-            // re-read, or a failed write could make a conversation in use look idle.
+            // A use this copy of this database holds still counts after the re-read.
             let held = (guard.loaded && guard.generation == generation).then_some(guard.last_seen);
-            match read(&session, generation, id).await {
-                Ok(read) => {
-                    *guard = read;
-                    if let Some(seen) = held {
-                        guard.last_seen = guard.last_seen.max(seen);
-                    }
+            match reread(&session, &mut guard, generation, id, held).await {
+                Ok(()) => {
                     // A use the cache dropped before it was written.
                     if let Some(seen) = self.clocks.take(id) {
                         guard.last_seen = guard.last_seen.max(seen);
