@@ -130,6 +130,11 @@ impl SettingsCache {
         self.shared.noticed.notified().await;
     }
 
+    /// The newest snapshot read (re-reads are serialised, so it is also the last stored).
+    pub(crate) fn newest(&self) -> Arc<Snapshot> {
+        self.shared.current.load().snapshot.clone()
+    }
+
     /// When the snapshot in use turns stale: the next call after it re-reads the table.
     pub(crate) fn stale_at(&self) -> Instant {
         self.shared.current.load().read_at + self.shared.ttl

@@ -666,25 +666,41 @@ impl State {
         self.view_for(snapshot)
     }
 
-    /// The view for this snapshot, deriving activation only when the snapshot changed.
+    /// The view for this snapshot, deriving activation only when the snapshot changed. It is
+    /// served to every caller (and told to watchers) when it is the newest snapshot read: a
+    /// caller that took the snapshot before a re-read answers from its own view, and never
+    /// puts the older settings back.
     fn view_for(&self, snapshot: Arc<Snapshot>) -> Arc<View> {
-        let view = self.inner.view.load_full();
-        if Arc::ptr_eq(&view.settings, &snapshot) {
-            return view;
+        self.settle(self.inner.view.load_full(), snapshot)
+    }
+
+    /// [`State::view_for`] starting from `view`, the view served when `snapshot` was taken,
+    /// which may have been replaced since.
+    fn settle(&self, mut view: Arc<View>, snapshot: Arc<Snapshot>) -> Arc<View> {
+        loop {
+            if Arc::ptr_eq(&view.settings, &snapshot) {
+                return view;
+            }
+            let next = Arc::new(View::new(
+                view.parts(),
+                snapshot.clone(),
+                &self.inner.options,
+                self.inner.profiles.clone(),
+            ));
+            if !Arc::ptr_eq(&self.inner.settings.newest(), &snapshot) {
+                return next;
+            }
+            // Only over the view it was derived from. When another swap came first (a
+            // reload, which keeps the settings it found, or a newer snapshot's view), this
+            // snapshot is tried again over what won: without it, settings re-read while a
+            // registry was swapped in would reach watchers only with the next call.
+            let previous = self.inner.view.compare_and_swap(&view, next.clone());
+            if Arc::ptr_eq(&previous, &view) {
+                self.publish(&next);
+                return next;
+            }
+            view = arc_swap::Guard::into_inner(previous);
         }
-        let next = Arc::new(View::new(
-            view.parts(),
-            snapshot,
-            &self.inner.options,
-            self.inner.profiles.clone(),
-        ));
-        // Only over the view it was derived from: a registry reloaded meanwhile is kept (this
-        // caller still answers from its own consistent view).
-        let previous = self.inner.view.compare_and_swap(&view, next.clone());
-        if Arc::ptr_eq(&previous, &view) {
-            self.publish(&next);
-        }
-        next
     }
 
     /// Tells watchers about `view` when it differs from what they saw in what they are
@@ -1318,6 +1334,84 @@ mod tests {
         assert!(second.0 > first.0);
         std::fs::rename(dir.path().join("moved.db"), &path).unwrap();
         assert_eq!(state.take_runtime_domains(Some(second)).await, None);
+    }
+
+    /// The demo registry over a SQLite database in `dir`.
+    async fn demo_state(dir: &std::path::Path) -> State {
+        let config = Config {
+            database: format!("sqlite://{}", dir.join("s.db").display()),
+            ..Config::default()
+        };
+        State::new(Registry::demo(), &config).await.unwrap()
+    }
+
+    /// Writes the setting that activates the Sonarr domain, as a settings UI does.
+    async fn configure_sonarr(state: &State) {
+        let db = &state.inner.db;
+        db.set_setting("sonarr_url", "http://nas:8989").await.unwrap();
+    }
+
+    /// Whether `view` serves the Sonarr domain (active once `sonarr_url` is set).
+    fn sonarr_active(view: &View) -> bool {
+        let sonarr = view.registry.find("sonarr").expect("a demo domain");
+        view.activation.is_active(sonarr)
+    }
+
+    /// A caller that took the settings before an invalidation re-read them answers from its
+    /// own view, but never puts the older settings back for everyone (nor tells watchers).
+    #[tokio::test]
+    async fn a_snapshot_older_than_the_newest_read_is_never_served_to_others() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = demo_state(dir.path()).await;
+        let (mut watcher, _) = state.watch();
+        let older = state.inner.settings.get().await;
+        configure_sonarr(&state).await;
+        let newer = state.invalidate_settings().await.unwrap();
+        assert!(sonarr_active(&newer));
+        assert!(watcher.has_changed().unwrap());
+        assert!(sonarr_active(&watcher.borrow_and_update()));
+
+        let own = state.view_for(older);
+        assert!(
+            !sonarr_active(&own),
+            "the caller answers from the settings it took"
+        );
+        assert!(
+            sonarr_active(&state.inner.view.load()),
+            "the others keep the newest"
+        );
+        assert!(!watcher.has_changed().unwrap(), "watchers are told nothing");
+        assert!(sonarr_active(&*state.view().await));
+    }
+
+    /// Settings re-read while a registry is swapped in reach every caller and watcher over
+    /// the new registry, whichever swap comes first.
+    #[tokio::test]
+    async fn settings_read_while_a_registry_is_swapped_in_are_served_over_it_and_told() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = demo_state(dir.path()).await;
+        let (watcher, _) = state.watch();
+        // An invalidation takes the view served and re-reads the table; a reload swaps a
+        // registry in before the invalidation's view is swapped in.
+        let taken = state.inner.view.load_full();
+        configure_sonarr(&state).await;
+        let snapshot = state.inner.settings.invalidate().await.unwrap();
+        state.reload().await.unwrap();
+        let reloaded = state.inner.view.load_full();
+        assert!(!Arc::ptr_eq(&reloaded, &taken));
+
+        state.settle(taken, snapshot.clone());
+        let served = state.inner.view.load_full();
+        assert!(
+            Arc::ptr_eq(&served.settings, &snapshot),
+            "the settings re-read are served"
+        );
+        assert!(
+            Arc::ptr_eq(&served.registry, &reloaded.registry),
+            "over the registry reloaded"
+        );
+        assert!(sonarr_active(&served));
+        assert!(sonarr_active(&watcher.borrow()), "and watchers are told");
     }
 
     /// A notice that another daemon changed the run-time domains serves them beside the
