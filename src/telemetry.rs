@@ -527,7 +527,8 @@ where
     }
 }
 
-/// The streamed answers (server streams): their line and count wait for the stream's end.
+/// The streamed answers (server and bidirectional streams): their line and count wait for
+/// the stream's end.
 const STREAMS: &[&str] = &[
     "/toolrouter.v1.ToolRouter/WatchRegistry",
     "/grpc.health.v1.Health/Watch",
