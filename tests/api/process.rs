@@ -559,6 +559,11 @@ async fn calls_cut_at_their_callers_deadline_and_streams_are_logged_and_counted_
     let status = daemon.exit(Duration::from_secs(10)).await.expect("exits");
     assert!(status.success());
 
+    // The log's last lines, once the thread reading the daemon's stderr has them.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !daemon.log().contains("The daemon is shutting down") && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let log = daemon.log();
     let lines = json_lines(&log);
     let of = |method: &str, message: &str| -> Vec<&serde_json::Value> {
