@@ -254,6 +254,7 @@ impl SearchIndex {
                 names.sort_unstable();
                 names
             },
+            id: super::INDEXES_BUILT.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         }
     }
 }

@@ -269,6 +269,8 @@ pub struct SearchIndex {
     /// (lowercased tool name, global tool), sorted, for exact-name lookups: names that differ
     /// only in case are distinct tools with one entry each.
     names: Vec<(String, u32)>,
+    /// This index's number, unique in the process (see [`Unseen`]).
+    id: u64,
 }
 
 /// Asks the processor to load the cache line holding `item`, without waiting for it: a hint,
@@ -337,6 +339,28 @@ impl Surface {
         }
     }
 }
+
+/// The words of up to 15 bytes a thread met that no index saw at build, with what
+/// [`SearchIndex::term`] found for each in the index numbered `index`. Query words repeat
+/// from message to message far more often than they are new, and the stemmer is the dearest
+/// step of reading a word: this runs it once per word, index and thread. The answer is the
+/// same either way.
+#[derive(Default)]
+struct Unseen {
+    index: u64,
+    terms: HashMap<u128, Result<TermId, bool>, foldhash::fast::FixedState>,
+}
+
+/// [`Unseen`] is emptied when it holds this many words (about 200 KiB per thread).
+const UNSEEN_KEEP: usize = 1 << 13;
+
+thread_local! {
+    static UNSEEN: std::cell::RefCell<Unseen> = std::cell::RefCell::default();
+}
+
+/// The number of the next index built, so a thread's [`Unseen`] words are never read
+/// against another index (0: none).
+static INDEXES_BUILT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 /// No entry: the end of a domain's chain in [`Chains`], or a domain without one.
 const NONE: u32 = u32::MAX;
@@ -487,6 +511,26 @@ impl SearchIndex {
         if let Some(known) = self.surface.get(word) {
             return known.ok_or(true);
         }
+        let Some(key) = Surface::packed(word) else {
+            return self.unseen_term(word);
+        };
+        UNSEEN
+            .try_with(|unseen| {
+                let Ok(mut unseen) = unseen.try_borrow_mut() else {
+                    return self.unseen_term(word);
+                };
+                if unseen.index != self.id || unseen.terms.len() >= UNSEEN_KEEP {
+                    unseen.index = self.id;
+                    unseen.terms.clear();
+                }
+                *unseen.terms.entry(key).or_insert_with(|| self.unseen_term(word))
+            })
+            .unwrap_or_else(|_| self.unseen_term(word))
+    }
+
+    /// [`SearchIndex::term`] of a word not seen at build: a stop word, or the term of its
+    /// stem when the index has that.
+    fn unseen_term(&self, word: &str) -> Result<TermId, bool> {
         if self.analyzer.is_stop(word) {
             return Err(true);
         }

@@ -658,3 +658,42 @@ fn keyword_suggestions_are_words_a_user_would_say() {
         assert!(!suggested.contains(&junk.to_string()), "{junk}: {suggested:?}");
     }
 }
+
+/// A word no tool says is stemmed once per thread and index; what it finds is what the
+/// stemmer finds, in every index, however many such words a thread has met.
+#[test]
+fn words_unseen_at_build_find_what_their_stem_finds_in_each_index() {
+    let (_, index) = index();
+    let other = SearchIndex::new(
+        &Registry::from_sources([(
+            "trips.json",
+            r#"{"name":"trips","tools":[{"name":"book","description":"Book a trip"}]}"#,
+        )])
+        .unwrap(),
+    );
+    // (word, found in `index`, found in `other`): "forecasting" and "patients" are not
+    // words of either index, their stems are words of `index` only; "the" is a stop word.
+    let cases: &[(&str, bool, bool)] = &[
+        ("forecasting", true, false),
+        ("patients", true, false),
+        ("bookings", false, true),
+        ("zebras", false, false),
+    ];
+    for _ in 0..2 {
+        for &(word, in_index, in_other) in cases {
+            for (ix, want) in [(&index, in_index), (&other, in_other)] {
+                let found = ix.term(word);
+                assert_eq!(found, ix.unseen_term(word), "{word}");
+                assert_eq!(found.is_ok(), want, "{word}");
+            }
+        }
+    }
+    assert_eq!(index.term("ourselves"), Err(true), "a stop word");
+    // Past the words a thread keeps, the words met are dropped and found again.
+    for i in 0..UNSEEN_KEEP + 100 {
+        let word = format!("zq{i}patients");
+        assert_eq!(index.term(&word), index.unseen_term(&word), "{word}");
+    }
+    assert!(index.term("patients").is_ok());
+    assert!(other.term("patients").is_err());
+}
