@@ -511,12 +511,14 @@ where
                     stream: Some((call, conversation)),
                 }));
             }
-            let code = status.as_ref().map_or(tonic::Code::Ok, tonic::Status::code);
             let summary = response.extensions_mut().remove::<CallSummary>();
             match status.filter(|s| s.code() != tonic::Code::Ok) {
-                Some(status) => {
-                    call.failed(code, status.message(), conversation.as_deref(), summary.as_ref())
-                }
+                Some(status) => call.failed(
+                    status.code(),
+                    status.message(),
+                    conversation.as_deref(),
+                    summary.as_ref(),
+                ),
                 None => call.succeeded(summary.unwrap_or_default(), true),
             }
             Ok(response.map(|body| LoggedBody {
@@ -576,6 +578,9 @@ impl Ended {
         };
         if after_the_answer {
             line.write_after_the_answer();
+        } else {
+            // Written now (a stream's end: its answer has gone).
+            drop(line);
         }
     }
 

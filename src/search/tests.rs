@@ -672,7 +672,8 @@ fn words_unseen_at_build_find_what_their_stem_finds_in_each_index() {
         .unwrap(),
     );
     // (word, found in `index`, found in `other`): "forecasting" and "patients" are not
-    // words of either index, their stems are words of `index` only; "the" is a stop word.
+    // words of either index, their stems are words of `index` only; "bookings" stems to a
+    // word of `other` only.
     let cases: &[(&str, bool, bool)] = &[
         ("forecasting", true, false),
         ("patients", true, false),
