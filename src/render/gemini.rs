@@ -89,8 +89,9 @@ fn owner(field: &str) -> Option<&'static str> {
 
 /// Puts each field allowed on one type only where the API takes it. A node without a type
 /// gets the type its fields say (`properties` an object, `items` an array, `enum` strings),
-/// as JSON Schema reads them. In a union (`anyOf` from a list of types) such a field moves
-/// into the branch of its type. Elsewhere, a field of another type than the node's is dropped
+/// as JSON Schema reads them. In a union such a field moves into each branch of its type,
+/// joining what the branch says itself (both apply: properties name by name, `required`
+/// names added, then kept only for properties the branch has). Elsewhere, a field of another type than the node's is dropped
 /// (`enum` on an integer): the value keeps its own type.
 fn fit_to_type(out: &mut Map<String, Value>) {
     if !out.contains_key("type") && !out.contains_key("anyOf") {
@@ -118,8 +119,28 @@ fn fit_to_type(out: &mut Map<String, Value>) {
         {
             for branch in branches.iter_mut().filter_map(Value::as_object_mut) {
                 if branch.get("type").and_then(Value::as_str) == owner {
-                    branch.entry(field.clone()).or_insert_with(|| value.clone());
+                    // Both the node's field and the branch's own apply: they join.
+                    join(branch, field.clone(), value.clone());
+                    name_only_properties(branch);
                 }
+            }
+        }
+    }
+}
+
+/// Leaves `required` and `propertyOrdering` naming only properties the node has (ones that
+/// were dropped, or that belong to another branch of a union).
+fn name_only_properties(node: &mut Map<String, Value>) {
+    let names: Vec<String> = node
+        .get("properties")
+        .and_then(Value::as_object)
+        .map(|p| p.keys().cloned().collect())
+        .unwrap_or_default();
+    for key in ["required", "propertyOrdering"] {
+        if let Some(Value::Array(list)) = node.get_mut(key) {
+            list.retain(|n| n.as_str().is_some_and(|n| names.iter().any(|p| p == n)));
+            if list.is_empty() {
+                node.remove(key);
             }
         }
     }
@@ -420,20 +441,6 @@ impl<'a> Reducer<'a> {
         {
             out.remove("format");
         }
-        // `required` and `propertyOrdering` may only name properties that survived.
-        let names: Vec<String> = out
-            .get("properties")
-            .and_then(Value::as_object)
-            .map(|p| p.keys().cloned().collect())
-            .unwrap_or_default();
-        for key in ["required", "propertyOrdering"] {
-            if let Some(Value::Array(list)) = out.get_mut(key) {
-                list.retain(|n| n.as_str().is_some_and(|n| names.iter().any(|p| p == n)));
-                if list.is_empty() {
-                    out.remove(key);
-                }
-            }
-        }
         fit_to_type(&mut out);
         // A union's branches made from a list of types are checked only now, with the fields
         // of their type moved in: one the API refuses goes, and a single one left is the node.
@@ -444,10 +451,11 @@ impl<'a> Reducer<'a> {
                 && let Some(Value::Object(only)) = left.pop()
             {
                 for (k, v) in only {
-                    out.entry(k).or_insert(v);
+                    join(&mut out, k, v);
                 }
             }
         }
+        name_only_properties(&mut out);
         expressible(&out).then_some(Value::Object(out))
     }
 }
@@ -952,6 +960,174 @@ mod tests {
             reduce(json!({"type": "object", "properties": {"t": {"type": "array"}}})),
             None
         );
+    }
+
+    #[test]
+    fn a_unions_branches_keep_required_names_of_their_own_properties_only() {
+        // The node's properties join each object branch's own; `required` follows what
+        // each branch then has.
+        let out = reduce(json!({
+            "type": "object",
+            "properties": {"u": {
+                "properties": {"a": {"type": "string"}},
+                "required": ["a"],
+                "anyOf": [
+                    {"type": "object", "properties": {"b": {"type": "string"}}},
+                    {"type": "object", "properties": {"c": {"type": "integer"}}, "required": ["c"]},
+                ],
+            }},
+        }))
+        .unwrap();
+        assert_eq!(
+            out,
+            json!({"type": "OBJECT", "properties": {"u": {"anyOf": [
+                {"type": "OBJECT", "properties": {"b": {"type": "STRING"}, "a": {"type": "STRING"}},
+                 "required": ["a"]},
+                {"type": "OBJECT", "properties": {"c": {"type": "INTEGER"}, "a": {"type": "STRING"}},
+                 "required": ["c", "a"]},
+            ]}}})
+        );
+        assert_eq!(check_schema(&out), Vec::<String>::new());
+        // A branch that came from a reference back to the root, with a `required` of a
+        // property only another `allOf` branch defined.
+        let out = reduce(json!({
+            "allOf": [
+                {"properties": {"a": {"enum": ["x", "y"]}}},
+                {"$ref": "#/$defs/x", "properties": {"b": {"type": "string"}}, "allOf": []},
+            ],
+            "$defs": {"x": {"oneOf": [{"type": ["string"]}, {"oneOf": [{"$ref": "#"}]}], "required": ["b"]}},
+        }))
+        .unwrap();
+        assert_eq!(check_schema(&out), Vec::<String>::new());
+    }
+
+    /// JSON Schemas as manifests write them: typed and untyped nodes, lists of types,
+    /// unions and intersections whose branches bring their own properties, `required` naming
+    /// properties that exist or not, enums of any values, formats, and `$ref`s into `$defs`.
+    fn json_schema() -> impl proptest::strategy::Strategy<Value = Value> {
+        use proptest::prelude::*;
+        use proptest::sample::select;
+        let names = || select(&["a", "b", "c", "d"][..]).prop_map(String::from);
+        let ty = prop_oneof![
+            select(
+                &[
+                    "string", "integer", "number", "boolean", "object", "array", "null"
+                ][..]
+            )
+            .prop_map(|t| json!(t)),
+            proptest::collection::vec(
+                select(&["string", "integer", "object", "array", "null"][..]),
+                1..4
+            )
+            .prop_map(|t| json!(t)),
+        ];
+        let leaf = (
+            proptest::option::weighted(0.8, ty),
+            proptest::option::of(prop_oneof![
+                Just(json!(["x", "y"])),
+                Just(json!([1, 2])),
+                Just(json!([])),
+                Just(json!(["x", null]))
+            ]),
+            proptest::option::of(select(&["date-time", "uuid", "int32", "float", "enum"][..])),
+            proptest::option::of(select(&["#/$defs/x", "#/$defs/missing", "#"][..])),
+        )
+            .prop_map(|(ty, en, format, reference)| {
+                let mut m = Map::new();
+                if let Some(t) = ty {
+                    m.insert("type".into(), t);
+                }
+                if let Some(e) = en {
+                    m.insert("enum".into(), e);
+                }
+                if let Some(f) = format {
+                    m.insert("format".into(), json!(f));
+                }
+                if let Some(r) = reference {
+                    m.insert("$ref".into(), json!(r));
+                }
+                Value::Object(m)
+            });
+        leaf.prop_recursive(4, 40, 4, move |inner| {
+            let keyed = |k: &'static str, s: BoxedStrategy<Value>| {
+                proptest::option::weighted(0.3, s.prop_map(move |v| (k, v)))
+            };
+            (
+                inner.clone(),
+                proptest::option::weighted(
+                    0.5,
+                    proptest::collection::btree_map(names(), inner.clone(), 0..4),
+                ),
+                proptest::option::weighted(
+                    0.4,
+                    proptest::collection::vec(select(&["a", "b", "c", "d", "ghost"][..]), 0..4),
+                ),
+                keyed(
+                    "anyOf",
+                    proptest::collection::vec(inner.clone(), 0..4)
+                        .prop_map(Value::Array)
+                        .boxed(),
+                ),
+                keyed(
+                    "oneOf",
+                    proptest::collection::vec(inner.clone(), 0..3)
+                        .prop_map(Value::Array)
+                        .boxed(),
+                ),
+                keyed(
+                    "allOf",
+                    proptest::collection::vec(inner.clone(), 0..3)
+                        .prop_map(Value::Array)
+                        .boxed(),
+                ),
+                keyed("items", inner.clone().boxed()),
+                keyed("propertyOrdering", Just(json!(["b", "a", "ghost"])).boxed()),
+                proptest::bool::weighted(0.4),
+            )
+                .prop_map(
+                    |(base, props, required, any_of, one_of, all_of, items, ordering, untyped)| {
+                        let mut m = base.as_object().cloned().unwrap_or_default();
+                        if untyped {
+                            m.remove("type");
+                        }
+                        if let Some(p) = props {
+                            m.insert("properties".into(), json!(p));
+                        }
+                        if let Some(r) = required {
+                            m.insert("required".into(), json!(r));
+                        }
+                        for (k, v) in [any_of, one_of, all_of, items, ordering].into_iter().flatten() {
+                            m.insert(k.into(), v);
+                        }
+                        Value::Object(m)
+                    },
+                )
+        })
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig {
+            failure_persistence: None,
+            ..proptest::prelude::ProptestConfig::with_cases(
+                std::env::var("GEMINI_SCHEMA_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(2048),
+            )
+        })]
+
+        /// Whatever JSON Schema a manifest holds, its reduction is one the API takes (or no
+        /// parameters at all).
+        #[test]
+        fn every_reduced_schema_is_one_the_api_takes(
+            root in json_schema(),
+            def in json_schema(),
+        ) {
+            let mut schema = root.as_object().cloned().unwrap_or_default();
+            schema.insert("$defs".into(), json!({"x": def}));
+            let schema = Value::Object(schema);
+            if let Some(out) = parameters(&schema) {
+                let problems = check_schema(&out);
+                proptest::prop_assert!(problems.is_empty(), "{schema}\n-> {out}\n{problems:?}");
+            }
+        }
     }
 
     #[test]
