@@ -482,6 +482,10 @@ impl Conversations {
     /// # Errors
     /// A database fault.
     pub(crate) async fn maintain(&self) -> Result<()> {
+        // Idle as of now, before the clocks are written: a call that uses a conversation
+        // after this finds it either idle past this cutoff (and forgets it itself) or with
+        // a stored clock at or past it, however long upkeep then waits on a call.
+        let cutoff = self.idle_cutoff(now_ms());
         let session = self.db.session().await?;
         let left: Vec<(Arc<str>, i64)> = self.clocks.map().iter().map(|(id, &t)| (id.clone(), t)).collect();
         for (id, seen) in left {
@@ -534,9 +538,7 @@ impl Conversations {
                 e.flushed = e.last_seen;
             }
         }
-        session
-            .delete_idle_conversations(self.idle_cutoff(now_ms()))
-            .await?;
+        session.delete_idle_conversations(cutoff).await?;
         Ok(())
     }
 }
@@ -711,6 +713,37 @@ mod tests {
                 members: vec![member("a", true, false), member("b", true, false)],
             },
             "the load before the slow call survives"
+        );
+    }
+
+    #[tokio::test]
+    async fn upkeep_waiting_on_one_call_deletes_nothing_used_while_it_waited() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.db");
+        let ttl = Duration::from_secs(1);
+        let s = Arc::new(store(&path, ttl).await);
+        load_a(&s, "used").await;
+        tokio::time::sleep(ttl * 2 / 5).await;
+        // A slow call on another conversation holds upkeep up after it wrote the clocks;
+        // meanwhile `used` is used again (within the TTL of its stored clock, the load's),
+        // and that stored clock passes the TTL before upkeep deletes.
+        let slow = s.lock("slow").await.unwrap();
+        let upkeep = tokio::spawn({
+            let s = s.clone();
+            async move { s.maintain().await }
+        });
+        tokio::time::sleep(ttl * 2 / 5).await;
+        drop(s.lock("used").await.unwrap());
+        tokio::time::sleep(ttl * 2 / 5).await;
+        drop(slow);
+        upkeep.await.unwrap().unwrap();
+        let again = store(&path, Duration::from_secs(3600)).await;
+        assert_eq!(
+            again.lock("used").await.unwrap().state(),
+            &Conversation {
+                members: vec![member("a", true, false)],
+            },
+            "the load of a conversation used within its TTL survives upkeep"
         );
     }
 
