@@ -844,6 +844,33 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn on_postgres_a_domain_joins_after_every_stored_one_even_from_a_stale_copy() {
+        let Some((a, b)) = replicas(Duration::from_secs(3600)).await else {
+            return;
+        };
+        load_a(&a, "c1").await;
+        // b holds the conversation (checked current: `a` alone) while a adds two domains,
+        // one turn each; then b adds one from its copy, now stale.
+        let mut held = b.lock("c1").await.unwrap();
+        assert_eq!(held.state().members, vec![member("a", true, false)]);
+        for name in ["zeta", "eta"] {
+            let mut e = a.lock("c1").await.unwrap();
+            e.record([name], Mark::Hit).await.unwrap();
+        }
+        held.record(["beta"], Mark::Hit).await.unwrap();
+        drop(held);
+        // Every daemon sees the order they joined in: b's after the two already sent.
+        let want = vec![
+            member("a", true, false),
+            member("zeta", false, true),
+            member("eta", false, true),
+            member("beta", false, true),
+        ];
+        assert_eq!(b.lock("c1").await.unwrap().state().members, want);
+        assert_eq!(a.lock("c1").await.unwrap().state().members, want);
+    }
+
+    #[tokio::test]
     async fn on_postgres_a_change_on_one_daemon_is_seen_by_another_that_cached_it() {
         let Some((a, b)) = replicas(Duration::from_secs(3600)).await else {
             return;

@@ -407,22 +407,31 @@ pub(super) async fn save_members(
     .bind(now_ms)
     .fetch_one(&mut *tx)
     .await?;
-    let (mut domains, mut seqs, mut loaded, mut hit) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    for (seq, m) in members {
+    // Rows come in the order of their positions. A domain not stored yet joins after every
+    // stored one, in that order, whatever position the writer's copy gave it: another
+    // replica may have added domains since that copy was read, and they were sent first.
+    // (The row lock above makes this statement see every earlier writer's rows.)
+    let (mut domains, mut loaded, mut hit) = (Vec::new(), Vec::new(), Vec::new());
+    for (_, m) in members {
         domains.push(m.domain.as_str());
-        seqs.push(i64::try_from(*seq).unwrap_or(i64::MAX));
         loaded.push(m.loaded);
         hit.push(m.hit);
     }
     sqlx::query(
         "INSERT INTO conversation_domains (conversation_id, domain, seq, loaded, hit) \
-         SELECT $1, * FROM UNNEST($2::text[], $3::bigint[], $4::boolean[], $5::boolean[]) \
+         SELECT $1, i.domain, \
+         COALESCE(c.seq, n.next + ROW_NUMBER() OVER (PARTITION BY c.seq IS NULL ORDER BY i.ord) - 1), \
+         i.loaded, i.hit \
+         FROM UNNEST($2::text[], $3::boolean[], $4::boolean[]) WITH ORDINALITY AS i(domain, loaded, hit, ord) \
+         CROSS JOIN (SELECT COALESCE(MAX(seq) + 1, 0) AS next FROM conversation_domains \
+                     WHERE conversation_id = $1) AS n \
+         LEFT JOIN conversation_domains AS c ON c.conversation_id = $1 AND c.domain = i.domain \
+         WHERE TRUE \
          ON CONFLICT (conversation_id, domain) DO UPDATE SET \
          loaded = conversation_domains.loaded OR excluded.loaded, hit = conversation_domains.hit OR excluded.hit",
     )
     .bind(id)
     .bind(&domains)
-    .bind(&seqs)
     .bind(&loaded)
     .bind(&hit)
     .execute(&mut *tx)
