@@ -84,19 +84,28 @@ struct ConversationId<'a>(&'a str);
 impl<'a> ConversationId<'a> {
     const FIELD: &'static str = "conversation_id";
 
-    /// For requests where a conversation is optional: empty or whitespace-only is none.
+    /// For requests where a conversation is optional: empty or spaces only is none; blank
+    /// with a control character (a tab, a line break) is refused like any id holding one,
+    /// since a caller that sends it meant some conversation.
     fn optional(raw: &'a str) -> Result<Option<Self>> {
-        if raw.trim().is_empty() {
+        if raw.trim().is_empty() && !raw.chars().any(char::is_control) {
             return Ok(None);
         }
-        let id = bounded(raw, Self::FIELD)?;
-        crate::telemetry::note_conversation(id);
-        Ok(Some(ConversationId(id)))
+        Self::checked(raw).map(Some)
     }
 
     /// For requests that need one: empty or whitespace-only is a missing parameter.
     fn required(raw: &'a str) -> Result<Self> {
-        Self::optional(raw)?.ok_or(Error::MissingParameter { field: Self::FIELD })
+        if raw.trim().is_empty() {
+            return Err(Error::MissingParameter { field: Self::FIELD });
+        }
+        Self::checked(raw)
+    }
+
+    fn checked(raw: &'a str) -> Result<Self> {
+        let id = bounded(raw, Self::FIELD)?;
+        crate::telemetry::note_conversation(id);
+        Ok(ConversationId(id))
     }
 
     fn as_str(self) -> &'a str {
@@ -880,7 +889,14 @@ mod tests {
             ConversationId::optional(raw).map(|c| c.map(|c| c.as_str().to_string()))
         }
         assert_eq!(optional("").unwrap(), None);
-        assert_eq!(optional(" \t").unwrap(), None);
+        assert_eq!(optional("  ").unwrap(), None);
+        for blank_control in [" \t", "\n", "\u{85}"] {
+            assert_eq!(
+                optional(blank_control).unwrap_err().to_string(),
+                "'conversation_id' must not contain control characters.",
+                "{blank_control:?}"
+            );
+        }
         assert_eq!(optional("abc").unwrap().as_deref(), Some("abc"));
         assert!(
             optional(&"x".repeat(256)).is_ok(),
@@ -894,8 +910,10 @@ mod tests {
         let ctrl = optional("a\u{7}b").unwrap_err().to_string();
         assert_eq!(ctrl, "'conversation_id' must not contain control characters.");
         assert!(optional("a\u{85}b").is_err(), "C1 controls are Cc too");
-        let missing = ConversationId::required(" ").unwrap_err().to_string();
-        assert_eq!(missing, "Required parameter 'conversation_id' is missing.");
+        for blank in [" ", "\t"] {
+            let missing = ConversationId::required(blank).unwrap_err().to_string();
+            assert_eq!(missing, "Required parameter 'conversation_id' is missing.");
+        }
         assert_eq!(ConversationId::required("c1").unwrap().as_str(), "c1");
     }
 }
