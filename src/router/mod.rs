@@ -376,15 +376,18 @@ pub fn load(
         });
     };
     let domain = registry.domain(d);
+    // A group the profile or the disabled tools leave empty has none whatever the settings:
+    // setting its keys would not help, so they are not what the answer asks for (as
+    // `CheckToolCall` names a denied or disabled tool before an unconfigured group).
+    if activation.visible_count(registry, d) == 0 {
+        return Err(Error::GroupWithoutTools {
+            group: group.to_string(),
+        });
+    }
     if !activation.is_configured(d) {
         return Err(Error::GroupNotConfigured {
             group: group.to_string(),
             keys: domain.settings_keys.clone(),
-        });
-    }
-    if activation.visible_count(registry, d) == 0 {
-        return Err(Error::GroupWithoutTools {
-            group: group.to_string(),
         });
     }
     let already_loaded = domain.core || conversation.is_loaded(group);

@@ -1062,6 +1062,16 @@ fn a_load_under_a_policy_sees_only_what_the_consumer_may_see() {
         "Loaded 1 tool from group 'Media':\n- m1: M1",
         "the load text lists only visible tools"
     );
+    // An unconfigured group the profile leaves empty: its keys would not help this consumer.
+    let p = profile(&["torrent"], &[], &["t*"], Tier::Destructive);
+    let activation = Activation::scoped(&f.registry, &settings, Some(&p));
+    assert_eq!(
+        super::load(&f.registry, &activation, &c, "torrent")
+            .unwrap_err()
+            .to_string(),
+        "Tool group 'torrent' has no available tools.",
+        "a group the profile leaves no tools has none, configured or not"
+    );
 }
 
 #[test]
