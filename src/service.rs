@@ -574,8 +574,11 @@ impl ToolRouter for ToolRouterService {
 
     async fn reload_registry(
         &self,
-        _request: Request<proto::ReloadRegistryRequest>,
+        request: Request<proto::ReloadRegistryRequest>,
     ) -> Result<Response<proto::ReloadRegistryResponse>, Status> {
+        // It serves every consumer a new registry, and its answer (counts, every manifest
+        // problem) speaks of tools a bound token's profile must not see.
+        registry_change_allowed(&request, "ReloadRegistry")?;
         let r = self.state.reload().await?;
         Ok(Response::new(proto::ReloadRegistryResponse {
             registry_version: r.registry_version,

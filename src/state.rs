@@ -534,9 +534,9 @@ struct Inner {
 pub struct Description {
     /// The registry's version.
     pub registry_version: u64,
-    /// Its domains.
+    /// Its domains (those a bound profile sees, whatever the settings).
     pub domains: usize,
-    /// Its tools.
+    /// Its tools (those a bound profile sees, whatever the settings).
     pub tools: usize,
     /// The database URL, credentials removed.
     pub database: String,
@@ -642,10 +642,24 @@ impl State {
     /// may see it.
     pub fn describe(&self, profile: Option<&str>) -> Description {
         let view = self.inner.view.load();
+        let registry = &view.registry;
+        // A bound token counts what its profile sees, as `ListAllTools` lists it.
+        let (domains, tools) = match profile.and_then(|p| self.inner.profiles.find(p)) {
+            Some(id) => {
+                let scope = view.scope(Some(id));
+                registry
+                    .domain_ids()
+                    .filter(|&d| scope.activation.is_visible(d))
+                    .fold((0, 0), |(domains, tools), d| {
+                        (domains + 1, tools + scope.activation.visible_count(registry, d))
+                    })
+            }
+            None => (registry.domains().len(), registry.tool_count()),
+        };
         Description {
-            registry_version: view.registry.version(),
-            domains: view.registry.domains().len(),
-            tools: view.registry.tool_count(),
+            registry_version: registry.version(),
+            domains,
+            tools,
             database: self.inner.database.clone(),
             database_path: self.inner.db.path().map(crate::db::absolute),
             settings_age: self.inner.settings.age(),

@@ -510,7 +510,10 @@ async fn a_token_bound_to_a_profile_cannot_change_the_registry_and_the_daemons_t
                 },
             );
             c.auth_token = Some("admin-token".into());
-            c.tokens = std::collections::BTreeMap::from([("media-token".to_string(), "media".to_string())]);
+            c.tokens = std::collections::BTreeMap::from([
+                ("media-token".to_string(), "media".to_string()),
+                ("ops-token".to_string(), "ops".to_string()),
+            ]);
         })
         .spawn()
         .await;
@@ -535,6 +538,23 @@ async fn a_token_bound_to_a_profile_cannot_change_the_registry_and_the_daemons_t
     assert!(err.message().contains("DeleteDomain"), "{}", err.message());
     assert_eq!(stored(&app).await, ["lab"], "still stored");
     assert!(admin.delete_domain(delete()).await.unwrap().into_inner().deleted);
+    // A reload serves every consumer, and its answer counts (or its refusal names) tools
+    // the profile hides.
+    let err = media
+        .reload_registry(toolrouter::proto::ReloadRegistryRequest {})
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::PermissionDenied);
+    assert_eq!(
+        err.message(),
+        "This auth token is bound to profile 'media'; it cannot change the registry \
+         (ReloadRegistry needs the daemon's --auth-token)."
+    );
+    let reloaded = admin
+        .reload_registry(toolrouter::proto::ReloadRegistryRequest {})
+        .await
+        .unwrap()
+        .into_inner();
     // DescribeServer shows a bound token its own profile only: another profile's patterns
     // name what this one must not see (SPEC §10); the daemon's token sees them all.
     let described = |c: &mut toolrouter::cli::connection::Client| {
@@ -561,6 +581,26 @@ async fn a_token_bound_to_a_profile_cannot_change_the_registry_and_the_daemons_t
     assert!(
         all.contains("[profiles.ops]") && all.contains("docker_prune_images"),
         "{all}"
+    );
+    // Its counts are what the profile sees, whatever the settings (as `ListAllTools`).
+    let counts = |c: &mut toolrouter::cli::connection::Client| {
+        let mut c = c.clone();
+        async move {
+            let d = c
+                .describe_server(toolrouter::proto::DescribeServerRequest {})
+                .await
+                .unwrap()
+                .into_inner();
+            (d.domains, d.tools)
+        }
+    };
+    let mut ops = app.connection_with_token("ops-token").client().await.unwrap();
+    assert_eq!(counts(&mut admin).await, (reloaded.domains, reloaded.tools));
+    assert_eq!(counts(&mut media).await, (reloaded.domains, reloaded.tools));
+    assert_eq!(
+        counts(&mut ops).await,
+        (reloaded.domains, reloaded.tools - 1),
+        "one tool the profile denies"
     );
     app.stop().await;
 }
