@@ -330,8 +330,10 @@ impl Registry {
 
     /// What the registry's manifests should fix but that does not stop them loading: a tool
     /// without a tier (it counts as destructive), a description over
-    /// [`MAX_DESCRIPTION_CHARS`] characters (the limit some LLM APIs put on it), and a domain
-    /// with keywords but no tools (its hit turns the fallback off and brings no tool).
+    /// [`MAX_DESCRIPTION_CHARS`] characters (the limit some LLM APIs put on it), an input
+    /// schema with `anyOf`, `oneOf`, `allOf`, `not` or `enum` at its top level (OpenAI and
+    /// Anthropic refuse it; SPEC §9 keeps schemas as written), and a domain with keywords but
+    /// no tools (its hit turns the fallback off and brings no tool).
     pub fn warnings(&self) -> Vec<ManifestError> {
         let mut out = Vec::new();
         for d in &self.domains {
@@ -365,6 +367,15 @@ impl Registry {
                     ));
                 }
                 out.extend(long(&format!("tool `{}`", t.name), &t.description));
+                if let Some(key) = top_level_combinator(&t.input_schema_json) {
+                    out.push(warning(
+                        d.source.clone(),
+                        format!(
+                            "tool `{}`'s input schema has `{key}` at its top level: OpenAI and Anthropic refuse such a schema, and the whole request that carries it (put the alternatives under a property)",
+                            t.name
+                        ),
+                    ));
+                }
             }
         }
         out
@@ -575,6 +586,19 @@ pub(crate) const SEARCH_TOOLS: &str = "search_tools";
 /// Tool names a manifest cannot use: an answer's meta-tools have them, and a provider
 /// refuses a request that names two tools alike.
 pub(crate) const RESERVED_TOOL_NAMES: [&str; 2] = [LOAD_TOOL_GROUP, SEARCH_TOOLS];
+
+/// The first keyword of a schema's top level that OpenAI ("must not have 'oneOf'/'anyOf'/
+/// 'allOf'/'enum'/'not' at the top level") or Anthropic (no `oneOf`, `allOf` or `anyOf` at
+/// the top level) refuses. The text is parsed only when it names one of them.
+fn top_level_combinator(schema_json: &str) -> Option<&'static str> {
+    const REFUSED: [&str; 5] = ["anyOf", "oneOf", "allOf", "not", "enum"];
+    if !REFUSED.iter().any(|k| schema_json.contains(k)) {
+        return None;
+    }
+    let schema: serde_json::Value = serde_json::from_str(schema_json).ok()?;
+    let top = schema.as_object()?;
+    REFUSED.into_iter().find(|k| top.contains_key(*k))
+}
 
 fn warning(path: String, message: String) -> ManifestError {
     ManifestError {

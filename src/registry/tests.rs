@@ -40,7 +40,8 @@ fn equal_content_gives_equal_versions_and_any_change_a_new_one() {
 }
 
 #[test]
-fn check_warns_about_missing_tiers_long_descriptions_hollow_domains_empty_folders_and_skipped_files() {
+fn check_warns_about_missing_tiers_long_descriptions_top_level_unions_hollow_domains_empty_folders_and_skipped_files()
+ {
     let root = tempfile::tempdir().unwrap();
     let (full, empty) = (root.path().join("full"), root.path().join("empty"));
     std::fs::create_dir_all(&full).unwrap();
@@ -51,7 +52,12 @@ fn check_warns_about_missing_tiers_long_descriptions_hollow_domains_empty_folder
         format!(
             r#"{{"name": "a", "tools": [{{"name": "no_tier", "description": "d"}},
                     {{"name": "wordy", "description": "{long}", "tier": "read"}},
-                    {{"name": "fine", "description": "{}", "tier": "read"}}]}}"#,
+                    {{"name": "fine", "description": "{}", "tier": "read"}},
+                    {{"name": "either", "description": "d", "tier": "read",
+                      "input_schema": {{"type": "object", "properties": {{"id": {{"type": "string"}}}},
+                                        "oneOf": [{{"required": ["id"]}}]}}}},
+                    {{"name": "nested", "description": "d", "tier": "read",
+                      "input_schema": {{"type": "object", "properties": {{"v": {{"anyOf": [{{"type": "string"}}]}}}}}}}}]}}"#,
             "y".repeat(MAX_DESCRIPTION_CHARS)
         ),
     )
@@ -66,7 +72,7 @@ fn check_warns_about_missing_tiers_long_descriptions_hollow_domains_empty_folder
     std::fs::write(full.join("b.yaml"), "name: b").unwrap();
     let (registry, warnings) = Registry::check_dirs(&[full.clone(), empty.clone()]);
     let registry = registry.expect("warnings do not fail the load");
-    assert_eq!(registry.tool_count(), 3);
+    assert_eq!(registry.tool_count(), 5);
     let shown: Vec<String> = warnings.iter().map(ToString::to_string).collect();
     let expect = [
         (
@@ -79,6 +85,10 @@ fn check_warns_about_missing_tiers_long_descriptions_hollow_domains_empty_folder
         (
             full.join("a.json"),
             "tool `wordy` has a description of 1025 characters (over 1024)",
+        ),
+        (
+            full.join("a.json"),
+            "tool `either`'s input schema has `oneOf` at its top level: OpenAI and Anthropic refuse",
         ),
         (
             full.join("hollow.json"),
