@@ -710,22 +710,26 @@ impl State {
             // registry was swapped in would reach watchers only with the next call.
             let previous = self.inner.view.compare_and_swap(&view, next.clone());
             if Arc::ptr_eq(&previous, &view) {
-                self.publish(&next);
+                self.publish();
                 return next;
             }
             view = arc_swap::Guard::into_inner(previous);
         }
     }
 
-    /// Tells watchers about `view` when it differs from what they saw in what they are
-    /// told: the registry version, the active domains or the disabled tools.
-    fn publish(&self, view: &Arc<View>) {
+    /// Tells watchers about the view served now when it differs from what they saw in what
+    /// they are told: the registry version, the active domains or the disabled tools. The
+    /// view is read under the channel's lock, not handed in by the swap that calls this: a
+    /// swapper that publishes late (after a newer swap published) tells the newest view
+    /// again, never its own older one.
+    fn publish(&self) {
         self.inner.events.send_if_modified(|seen| {
+            let view = self.inner.view.load_full();
             let changed = seen.registry.version() != view.registry.version()
                 || !seen.activation.active().eq(view.activation.active())
                 || seen.settings.disabled() != view.settings.disabled();
             if changed {
-                *seen = view.clone();
+                *seen = view;
             }
             changed
         });
@@ -1211,7 +1215,7 @@ impl State {
                 self.inner.profiles.clone(),
             )
         });
-        self.publish(&self.inner.view.load_full());
+        self.publish();
     }
 
     /// Forgets one conversation.
@@ -1426,6 +1430,45 @@ mod tests {
         );
         assert!(sonarr_active(&served));
         assert!(sonarr_active(&watcher.borrow()), "and watchers are told");
+    }
+
+    /// A settings swap that publishes after a reload swapped in and published a newer view
+    /// (the two run on different threads) leaves watchers at the newer view.
+    #[tokio::test]
+    async fn a_swap_that_publishes_late_does_not_tell_watchers_an_older_view() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = demo_state(dir.path()).await;
+        let (watcher, _) = state.watch();
+        configure_sonarr(&state).await;
+        let snapshot = state.inner.settings.invalidate().await.unwrap();
+        // The settings swap, up to its publish: its view is served.
+        let taken = state.inner.view.load_full();
+        let settled = Arc::new(View::new(
+            taken.parts(),
+            snapshot,
+            &state.inner.options,
+            state.inner.profiles.clone(),
+        ));
+        state.inner.view.store(settled.clone());
+        // A run-time domain swaps a new registry in over it, and publishes.
+        state
+            .upsert_domain(
+                r#"{"name": "weather", "description": "Forecasts",
+                    "tools": [{"name": "get_forecast", "description": "The forecast"}]}"#,
+            )
+            .await
+            .unwrap();
+        let newest = state.inner.view.load_full().registry.version();
+        assert_ne!(newest, settled.registry.version());
+        // Then the settings swap publishes.
+        state.publish();
+        let seen = watcher.borrow().clone();
+        assert_eq!(
+            seen.registry.version(),
+            newest,
+            "watchers keep the newest registry"
+        );
+        assert!(sonarr_active(&seen));
     }
 
     /// A notice that another daemon changed the run-time domains serves them beside the
