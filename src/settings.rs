@@ -296,16 +296,57 @@ pub(crate) mod tests {
     #[derive(Clone, Default)]
     pub(crate) struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
 
+    thread_local! {
+        /// Where this thread's log output goes while a test captures it.
+        static SINK: std::cell::RefCell<Option<Captured>> = const { std::cell::RefCell::new(None) };
+    }
+
+    /// Writes to the capturing test's buffer on this thread, or nowhere.
+    struct ThisThread;
+
+    impl std::io::Write for ThisThread {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            SINK.with(|sink| {
+                if let Some(logs) = sink.borrow_mut().as_mut() {
+                    logs.write_all(buf)?;
+                }
+                Ok(buf.len())
+            })
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// Ends a capture when dropped.
+    pub(crate) struct Capturing;
+
+    impl Drop for Capturing {
+        fn drop(&mut self) {
+            SINK.with(|sink| sink.borrow_mut().take());
+        }
+    }
+
     impl Captured {
         /// Captures this thread's log output while the guard lives.
-        pub(crate) fn on_this_thread() -> (Captured, tracing::subscriber::DefaultGuard) {
+        ///
+        /// One subscriber for the whole test binary, set once as the global default, writes
+        /// to the buffer of the thread that logs. A subscriber set per thread instead lost
+        /// lines: tracing caches each call site's interest process-wide, and a test thread
+        /// with no subscriber that reached a call site first cached it as never wanted.
+        pub(crate) fn on_this_thread() -> (Captured, Capturing) {
+            static GLOBAL: std::sync::Once = std::sync::Once::new();
+            GLOBAL.call_once(|| {
+                let subscriber = tracing_subscriber::fmt()
+                    .with_writer(|| ThisThread)
+                    .with_ansi(false)
+                    .finish();
+                tracing::subscriber::set_global_default(subscriber)
+                    .expect("no other global subscriber in the tests");
+            });
             let logs = Captured::default();
-            let writer = logs.clone();
-            let subscriber = tracing_subscriber::fmt()
-                .with_writer(move || writer.clone())
-                .with_ansi(false)
-                .finish();
-            (logs, tracing::subscriber::set_default(subscriber))
+            SINK.with(|sink| *sink.borrow_mut() = Some(logs.clone()));
+            (logs, Capturing)
         }
 
         pub(crate) fn text(&self) -> String {
