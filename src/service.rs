@@ -332,6 +332,7 @@ impl ToolRouter for ToolRouterService {
             domains: Some(Arc::clone(&parts.domains)),
             fallback: Some(decision.fallback),
             groups: Vec::new(),
+            new_loads: Vec::new(),
             tokens: Some((parts.tokens, counted(format).as_str())),
         };
         let message = proto::RouteResponse {
@@ -400,6 +401,11 @@ impl ToolRouter for ToolRouterService {
             conversation: Some(conversation_hash(id)),
             tools: Some(scope.activation.visible_count(&view.registry, load.domain)),
             groups: vec![d.name.clone()],
+            new_loads: if load.already_loaded {
+                Vec::new()
+            } else {
+                vec![d.name.clone()]
+            },
             tokens: Some((tokens, counted(format).as_str())),
             ..CallSummary::default()
         });
@@ -559,6 +565,7 @@ impl ToolRouter for ToolRouterService {
         let summary = CallSummary {
             conversation: conv.map(|c| conversation_hash(c.as_str())),
             groups: loaded_groups.clone(),
+            new_loads: domain_names(&view.registry, found.newly_loaded.iter().copied()),
             ..CallSummary::default()
         };
         let mut response = Response::new(proto::SearchToolsResponse {

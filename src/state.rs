@@ -367,6 +367,8 @@ pub struct Searched {
     pub hits: Vec<ToolMatch>,
     /// The groups loaded into the conversation, in rank order.
     pub loaded: Vec<DomainId>,
+    /// Those of them the conversation had not loaded before.
+    pub newly_loaded: Vec<DomainId>,
 }
 
 /// Runs pure, CPU-bound work (parsing, building a registry) on the blocking pool.
@@ -912,7 +914,7 @@ impl State {
         let view = self.view().await;
         let activation = view.scope(profile).activation;
         let hits = view.index.search_tools(query, limit, activation.tool_mask());
-        let mut loaded = Vec::new();
+        let (mut loaded, mut newly_loaded) = (Vec::new(), Vec::new());
         if let Some(id) = load_into {
             let registry = &view.registry;
             let mut groups: Vec<DomainId> = Vec::new();
@@ -931,12 +933,22 @@ impl State {
                 // Domains joining on one turn join by name (SPEC §4); the answer keeps rank.
                 let mut joining = groups.clone();
                 joining.sort_unstable();
+                newly_loaded = groups
+                    .iter()
+                    .copied()
+                    .filter(|&d| !entry.state().is_loaded(&registry.domain(d).name))
+                    .collect();
                 let names = joining.iter().map(|&d| registry.domain(d).name.as_str());
                 entry.record(names, Mark::Loaded).await?;
                 loaded = groups;
             }
         }
-        Ok(Searched { view, hits, loaded })
+        Ok(Searched {
+            view,
+            hits,
+            loaded,
+            newly_loaded,
+        })
     }
 
     /// Where a call of `tool` stands for a consumer in a conversation (SPEC §10

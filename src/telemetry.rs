@@ -48,6 +48,9 @@ pub(crate) struct CallSummary {
     pub fallback: Option<bool>,
     /// `LoadToolGroup`: the group loaded; `SearchTools` with `load`: the groups it loaded.
     pub groups: Vec<String>,
+    /// Those of `groups` the conversation had not loaded before (what
+    /// `toolrouter_group_loads_total` counts).
+    pub new_loads: Vec<String>,
     /// `Route`, `LoadToolGroup`: the tokens of the tools sent, and the format they were
     /// counted in (the requested one; OpenAI chat for native answers).
     pub tokens: Option<(u32, &'static str)>,
@@ -223,7 +226,7 @@ impl Metrics {
         let loads = reg!(IntCounterVec::new(
             Opts::new(
                 "toolrouter_group_loads_total",
-                "Groups loaded into conversations (LoadToolGroup, and SearchTools with load), by group."
+                "Groups loaded into conversations that had not loaded them (LoadToolGroup, and SearchTools with load), by group."
             ),
             &["group"]
         ));
@@ -296,7 +299,7 @@ impl Metrics {
         if s.fallback == Some(true) {
             m.route_fallbacks.inc();
         }
-        for group in &s.groups {
+        for group in &s.new_loads {
             m.loads.with_label_values(&[group.as_str()]).inc();
         }
     }
@@ -330,6 +333,16 @@ impl Metrics {
         m.registry_info
             .with_label_values(&[format!("{:016x}", d.registry_version).as_str()])
             .set(1);
+        // Series of domains no longer served go: run-time domains registered and deleted
+        // over and over would otherwise add series without end.
+        let registry = state.view().await.registry.clone();
+        let served = |name: &str| registry.find(name).is_some();
+        if drop_series(&m.route_domains, "domain", served) {
+            // The counters fetched for the registry may be among those dropped: the same
+            // domain served again (the same registry version) fetches its series anew.
+            m.route_counters.store(None);
+        }
+        drop_series(&m.loads, "group", served);
         m.registry_domains
             .set(i64::try_from(d.domains).unwrap_or(i64::MAX));
         m.registry_tools.set(i64::try_from(d.tools).unwrap_or(i64::MAX));
@@ -338,6 +351,26 @@ impl Metrics {
         let _ = TextEncoder::new().encode(&m.registry.gather(), &mut out);
         String::from_utf8(out).unwrap_or_default()
     }
+}
+
+/// Removes a counter vector's series whose `label` has a value `keep` refuses; whether it
+/// removed any.
+fn drop_series(counters: &IntCounterVec, label: &str, keep: impl Fn(&str) -> bool) -> bool {
+    use prometheus::core::Collector as _;
+    let mut dropped = false;
+    for family in counters.collect() {
+        for metric in family.get_metric() {
+            let labels = metric.get_label();
+            if labels.iter().any(|l| l.name() == label && !keep(l.value())) {
+                let values: std::collections::HashMap<&str, &str> =
+                    labels.iter().map(|l| (l.name(), l.value())).collect();
+                // Present a moment ago; a concurrent removal is the same outcome.
+                let _ = counters.remove(&values);
+                dropped = true;
+            }
+        }
+    }
+    dropped
 }
 
 impl Default for Metrics {

@@ -627,6 +627,14 @@ async fn each_call_is_logged_once_without_its_text_and_counted_in_the_metrics() 
         .unwrap();
     let load_tokens = f64::from(load.into_inner().tokens);
     assert!(route_tokens > 0.0 && load_tokens > 0.0);
+    // Loading it again changes nothing, and is not counted as a load.
+    let again = c
+        .load_tool_group(load_request("user-42-private", "qbittorrent"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(again.already_loaded);
+    let load_tokens = load_tokens + f64::from(again.tokens);
     // A search that loads counts its loads and logs its conversation like a load.
     let searched = c
         .search_tools(toolrouter::proto::SearchToolsRequest {
@@ -639,6 +647,21 @@ async fn each_call_is_logged_once_without_its_text_and_counted_in_the_metrics() 
         .unwrap()
         .into_inner();
     assert_eq!(searched.loaded_groups, ["qbittorrent"]);
+    let searched = c
+        .search_tools(toolrouter::proto::SearchToolsRequest {
+            query: "pause my torrents".into(),
+            conversation_id: "user-7-private".into(),
+            load: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        searched.loaded_groups,
+        ["qbittorrent"],
+        "named again, loaded already"
+    );
 
     let after = scrape(&metrics);
     let checks = [
@@ -649,7 +672,7 @@ async fn each_call_is_logged_once_without_its_text_and_counted_in_the_metrics() 
         ),
         (
             r#"toolrouter_requests_total{code="OK",method="LoadToolGroup"}"#,
-            1.0,
+            2.0,
         ),
         // Both turns hit the keyword (this message's own hit comes before stickiness).
         (
@@ -673,6 +696,8 @@ async fn each_call_is_logged_once_without_its_text_and_counted_in_the_metrics() 
             r#"toolrouter_tokens_sent_total{format="openai_chat",method="LoadToolGroup"}"#,
             load_tokens,
         ),
+        // One load each for two conversations: the second load and the second search
+        // of each found it loaded already.
         (r#"toolrouter_group_loads_total{group="qbittorrent"}"#, 2.0),
         (
             r#"toolrouter_request_duration_seconds_count{method="Route"}"#,
@@ -741,7 +766,7 @@ async fn each_call_is_logged_once_without_its_text_and_counted_in_the_metrics() 
         "{log}"
     );
     let search = call_lines(&lines, "SearchTools");
-    assert_eq!(search.len(), 1, "{log}");
+    assert_eq!(search.len(), 2, "{log}");
     assert_eq!(
         search[0]["fields"]["conversation"],
         conversation_hash("user-7-private")
@@ -772,6 +797,46 @@ async fn each_call_is_logged_once_without_its_text_and_counted_in_the_metrics() 
         "\u{1b}[",
     ] {
         assert!(!log.contains(secret), "the log carries {secret:?}:\n{log}");
+    }
+}
+
+#[tokio::test]
+async fn the_series_of_a_run_time_domain_go_when_it_is_deleted() {
+    let dir = temp_dir();
+    let metrics = free_addr();
+    let daemon = Daemon::start(dir.path(), &["--metrics-listen", &metrics]);
+    let mut c = daemon.client().await;
+    let series = |text: &str| text.lines().filter(|l| l.contains("churn")).count();
+    for round in 0..3 {
+        c.upsert_domain(toolrouter::proto::UpsertDomainRequest {
+            manifest_json: r#"{"name": "churn", "keywords": ["oscilloscope"],
+                "tools": [{"name": "churn_capture", "description": "Capture a waveform"}]}"#
+                .into(),
+        })
+        .await
+        .unwrap();
+        c.route(route_request("grab the oscilloscope trace", ""))
+            .await
+            .unwrap();
+        let conversation = format!("c{round}");
+        c.load_tool_group(load_request(&conversation, "churn"))
+            .await
+            .unwrap();
+        let served = scrape(&metrics);
+        assert_eq!(
+            series(&served),
+            2,
+            "round {round}: keyword and load series:\n{served}"
+        );
+        c.delete_domain(toolrouter::proto::DeleteDomainRequest { name: "churn".into() })
+            .await
+            .unwrap();
+        let gone = scrape(&metrics);
+        assert_eq!(
+            series(&gone),
+            0,
+            "round {round}: no series of a domain not served:\n{gone}"
+        );
     }
 }
 
