@@ -493,6 +493,14 @@ impl Scratch {
     }
 }
 
+/// What a domain scored in a segment counts towards the segment's best: a candidate's best
+/// visible tool (a tool the consumer cannot see is no part of its domain for it), and for a
+/// domain that is no candidate (a keyword hit, core, inactive, or hidden whole) its best tool,
+/// so a segment about it does not hand its hits to weaker matches.
+fn segment_share(candidate: bool, visible_best: f32, any: f32) -> f32 {
+    if candidate { visible_best } else { any }
+}
+
 impl SearchIndex {
     /// How many tools a domain has.
     fn domain_size(&self, domain: DomainId) -> u32 {
@@ -655,7 +663,8 @@ impl SearchIndex {
     /// holds the domain's postings for the terms, in term order; each tool's weights are
     /// summed in that order, as [`SearchIndex::accumulate`] does. `local` is scratch of at
     /// least the domain's tool count, all zero, and left so. Also the best score of any of
-    /// its tools, `visible` or not: a segment about hidden tools is still about them.
+    /// its tools, `visible` or not (what a domain that is no candidate counts towards the
+    /// segment's best: see [`segment_share`]).
     fn domain_score(
         &self,
         d: u32,
@@ -860,8 +869,8 @@ impl SearchIndex {
                 .max_by(|&&a, &&b| chains.bound(a).total_cmp(&chains.bound(b)).then(b.cmp(&a)))
             {
                 let ((s, tool), any) = self.domain_score(first, chains, local, visible);
-                top = any;
                 let ok = eligible(DomainId::at(first as usize));
+                top = segment_share(ok, s, any);
                 if ok {
                     keep(kept, s);
                 }
@@ -883,8 +892,8 @@ impl SearchIndex {
                         break;
                     }
                     let ((s, tool), any) = self.domain_score(d, chains, local, visible);
-                    top = top.max(any);
                     let ok = eligible(DomainId::at(d as usize));
+                    top = top.max(segment_share(ok, s, any));
                     if ok {
                         keep(kept, s);
                     }

@@ -327,6 +327,70 @@ fn the_cap_in_tools_spares_only_the_segments_best_itself_and_keeps_hits_that_rea
     }
 }
 
+#[test]
+fn a_tool_the_consumer_cannot_see_sets_no_bar_for_its_own_domain() {
+    let registry = Registry::from_sources([
+        (
+            "weather.json",
+            r#"{"name":"weather","tools":[
+                {"name":"weather_forecast","description":"Get the weather forecast temperature rain for a city"},
+                {"name":"conditions_now","description":"Current conditions outside: wind and rain"}]}"#,
+        ),
+        (
+            "news.json",
+            r#"{"name":"news","tools":[{"name":"headlines","description":"Read the news headlines"}]}"#,
+        ),
+        (
+            "radar.json",
+            r#"{"name":"radar","tools":[{"name":"rain_radar","description":"Rain radar temperature map"}]}"#,
+        ),
+    ])
+    .unwrap();
+    let index = SearchIndex::new(&registry);
+    let weather = registry.find("weather").unwrap();
+    let radar = registry.find("radar").unwrap();
+    let every = vec![true; registry.tool_count()];
+    // Visibility is in registry order (domains by name, then manifest order).
+    let mut forecast_hidden = every.clone();
+    forecast_hidden[registry.tool_range(weather).start] = false;
+    // (visible tools, whether radar is a candidate, domains hit)
+    let cases: [(&str, &[bool], bool, Vec<DomainId>); 4] = [
+        ("weather forecast temperature rain", &every, true, vec![weather]),
+        // The forecast is none of weather's for this consumer: weather's visible tool is
+        // measured against what the consumer may be sent, so it still comes (beside radar,
+        // now as close a match).
+        (
+            "weather forecast temperature rain",
+            &forecast_hidden,
+            true,
+            vec![radar, weather],
+        ),
+        // A domain that is no candidate (inactive, say) still counts whole: it is the
+        // segment's best, and weaker ones are not handed its hits.
+        (
+            "rain radar temperature weather",
+            &forecast_hidden,
+            true,
+            vec![radar],
+        ),
+        ("rain radar temperature weather", &forecast_hidden, false, vec![]),
+    ];
+    for (message, visible, radar_candidate, want) in cases {
+        let mut got: Vec<DomainId> = index
+            .domain_hits(message, &SearchOptions::default(), Some(visible), |d| {
+                radar_candidate || d != radar
+            })
+            .iter()
+            .map(|h| h.domain)
+            .collect();
+        got.sort();
+        assert_eq!(
+            got, want,
+            "{message:?}, visible {visible:?}, radar a candidate: {radar_candidate}"
+        );
+    }
+}
+
 /// Words around the 15-byte edge of the packed keys, words that differ only in length or
 /// past the edge, and non-ASCII words: each finds its own entry and nothing else.
 #[test]
