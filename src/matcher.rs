@@ -57,6 +57,8 @@ pub struct Matcher {
     /// patterns (the same keyword in two domains, or a stem equal to another keyword) are
     /// merged, so every pattern id maps to all of them.
     targets: Vec<Vec<(KeywordId, Ending)>>,
+    /// How many keywords (one more than the largest id).
+    keywords: usize,
     mode: MatchMode,
 }
 
@@ -67,6 +69,7 @@ impl Matcher {
     /// When the automaton exceeds aho-corasick's size limits.
     pub fn new<'a>(keywords: impl IntoIterator<Item = &'a str>, mode: MatchMode) -> crate::Result<Matcher> {
         let mut index: HashMap<String, usize> = HashMap::new();
+        let mut count = 0;
         let mut patterns: Vec<String> = Vec::new();
         let mut targets: Vec<Vec<(KeywordId, Ending)>> = Vec::new();
         let mut add = |pattern: String, target: (KeywordId, Ending)| {
@@ -78,6 +81,7 @@ impl Matcher {
             targets[id].push(target);
         };
         for (k, keyword) in keywords.into_iter().enumerate() {
+            count = k + 1;
             let lower = keyword.to_lowercase();
             if lower.is_empty() {
                 continue;
@@ -112,6 +116,7 @@ impl Matcher {
         Ok(Matcher {
             automaton,
             targets,
+            keywords: count,
             mode,
         })
     }
@@ -136,9 +141,16 @@ impl Matcher {
         };
         let text = searchable(message);
         let mut hits = Vec::new();
+        // Each keyword once, however often it hits: a message that repeats one is not a
+        // list that grows with it.
+        let mut seen = vec![0u64; self.keywords.div_ceil(64)];
         let mut hit = |pattern: usize, start: usize, end: usize| {
             for &(k, ending) in &self.targets[pattern] {
-                if self.mode == MatchMode::Substring || word_hit(&text, start, end, ending) {
+                let (word, bit) = (k.index() / 64, 1u64 << (k.index() % 64));
+                if seen[word] & bit == 0
+                    && (self.mode == MatchMode::Substring || word_hit(&text, start, end, ending))
+                {
+                    seen[word] |= bit;
                     hits.push(k);
                 }
             }
@@ -198,13 +210,15 @@ fn anchored(nfa: &NFA, text: &str, start: usize, mut found: impl FnMut(usize, us
             return;
         }
         if nfa.is_match(sid) {
-            for i in 0..nfa.match_len(sid) {
-                let pattern = nfa.match_pattern(sid, i);
-                // A state also holds the matches of its suffixes (for unanchored search,
-                // which reaches them by failure transitions); only those starting here count.
-                if nfa.pattern_len(pattern) == len {
-                    found(pattern.as_usize(), start + len);
-                }
+            // A state also holds the matches of its suffixes (for unanchored search, which
+            // reaches them by failure transitions); only the pattern that is this state's
+            // own starts here. Patterns are unique, and the automaton lists a state's own
+            // match before those it copies from its failure state, so only the first can
+            // be: reading on would cost, at every byte, one step per keyword that ends
+            // here and starts later.
+            let pattern = nfa.match_pattern(sid, 0);
+            if nfa.pattern_len(pattern) == len {
+                found(pattern.as_usize(), start + len);
             }
         }
     }
@@ -378,6 +392,20 @@ mod tests {
             let m = Matcher::new(keywords.iter().copied(), mode).unwrap();
             let got: Vec<&str> = m.find(message).into_iter().map(|k| keywords[k.index()]).collect();
             assert_eq!(got, expected, "keywords {keywords:?} ({mode:?}) in {message:?}");
+        }
+    }
+
+    #[test]
+    fn keywords_nested_in_each_other_are_each_found_once_in_a_message_that_repeats_them() {
+        // "a", "a a", "a a a", ...: every state of the walk ends one keyword and holds the
+        // matches of all the shorter ones; each is found, once, in both modes.
+        let keywords: Vec<String> = (1..=64).map(|n| vec!["a"; n].join(" ")).collect();
+        let message = "a ".repeat(32 * 1024);
+        for mode in [Word, Substring] {
+            let m = Matcher::new(keywords.iter().map(String::as_str), mode).unwrap();
+            let found = m.find(&message);
+            assert_eq!(found.len(), keywords.len(), "{mode:?}");
+            assert!(found.iter().enumerate().all(|(i, k)| k.index() == i), "{mode:?}");
         }
     }
 

@@ -47,6 +47,12 @@ const DOMAIN_FIELDS: &[&str] = &[
     "tools",
 ];
 const TOOL_FIELDS: &[&str] = &["name", "description", "tier", "input_schema"];
+
+/// The longest keyword, in bytes. Word-mode matching walks from every word start of a
+/// message as far as a keyword's prefix matches, so a keyword's length bounds what one
+/// message costs (a 64 KiB message against a keyword of "a a a ...": seconds at 64 KiB, a
+/// few milliseconds at this bound). Keywords are words and short phrases.
+pub(crate) const MAX_KEYWORD_BYTES: usize = 128;
 /// The fields a group array's `_meta` element may carry.
 const META_FIELDS: &[&str] = &[
     "_meta",
@@ -467,6 +473,12 @@ impl Validator<'_> {
         for (i, k) in keywords.iter().enumerate() {
             if k.trim().is_empty() {
                 self.push(format!("keyword #{} is empty or whitespace-only", i + 1));
+            } else if k.len() > MAX_KEYWORD_BYTES {
+                self.push(format!(
+                    "keyword #{} is {} bytes, over the limit of {MAX_KEYWORD_BYTES} bytes",
+                    i + 1,
+                    k.len()
+                ));
             }
         }
         // Keywords match ignoring case, so a keyword listed twice (in any case) is one: the

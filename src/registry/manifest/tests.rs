@@ -2,7 +2,7 @@
 //! what is wrong, every accepted form loads as written, and syntax errors carry the
 //! line and column a person would count.
 
-use super::{parse, parse_native};
+use super::{MAX_KEYWORD_BYTES, parse, parse_native};
 use crate::error::ManifestError;
 use crate::registry::{Domain, Registry, Tier, Tool};
 
@@ -705,6 +705,18 @@ fn an_empty_or_whitespace_only_keyword_is_rejected() {
             &["keyword #2 is empty or whitespace-only"],
         ),
     ]);
+    // Keywords are words and phrases: one over the bound is refused, one at it is not.
+    let at = "a ".repeat(MAX_KEYWORD_BYTES / 2);
+    assert_eq!(at.len(), MAX_KEYWORD_BYTES);
+    assert_eq!(
+        parsed("x.json", &format!(r#"{{"name": "x", "keywords": ["{at}"]}}"#)).keywords,
+        strings(&[&at])
+    );
+    assert_rejected(&[(
+        "long.json",
+        &format!(r#"{{"name": "x", "keywords": ["dns", "{at}a"]}}"#),
+        &["keyword #2 is 129 bytes, over the limit of 128 bytes"],
+    )]);
     // A keyword with spaces inside (a phrase) is fine.
     assert_eq!(
         parsed("x.json", r#"{"name": "x", "keywords": [" smart home "]}"#).keywords,
