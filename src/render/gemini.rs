@@ -13,8 +13,10 @@
 //! a field of another type than the node's is dropped (an enum on an integer; the value keeps
 //! its own type), as is an enum or `const` of other values than strings on a node that names
 //! no type (`{"const": 5}` is no string). Inlining is bounded: a node nested deeper than
-//! [`MAX_DEPTH`] levels and the `$ref`s past [`MAX_REF_EXPANSIONS`] in one schema are dropped
-//! like a cycle, so no schema a manifest can hold makes the rendering unbounded.
+//! [`MAX_DEPTH`] levels, the `$ref`s past [`MAX_REF_EXPANSIONS`] in one schema, and those
+//! that would inline more than [`INLINE_BUDGET_FACTOR`] times the schema's own size are
+//! dropped like a cycle, so no schema a manifest can hold makes the rendering much larger
+//! than the manifest.
 
 use std::cell::Cell;
 
@@ -158,6 +160,32 @@ const MAX_DEPTH: usize = 64;
 /// used twice in each of a chain of definitions doubles the inlined schema at every link.
 const MAX_REF_EXPANSIONS: usize = 1_000;
 
+/// How much one reduction may inline, in [`size`] units (about bytes of JSON): this many
+/// times the manifest's schema (its definitions included), and at least
+/// [`MIN_INLINE_BUDGET`]. Inlining copies a definition wherever it is referred to, so a few
+/// hundred references to one large definition would otherwise render a schema hundreds of
+/// times the manifest's size (a 153 KB manifest rendered 115 MB); a reference past the
+/// budget is dropped like a cycle, and `required` follows.
+const INLINE_BUDGET_FACTOR: usize = 4;
+const MIN_INLINE_BUDGET: usize = 64 * 1024;
+
+/// About how many bytes `value` takes as compact JSON (escapes and long numbers aside).
+fn size(value: &Value) -> usize {
+    match value {
+        Value::String(s) => s.len() + 2,
+        Value::Array(items) => 1 + items.iter().map(|v| size(v) + 1).sum::<usize>().max(1),
+        // A key, its quotes and colon, its value, and a comma or the closing brace.
+        Value::Object(map) => {
+            1 + map
+                .iter()
+                .map(|(k, v)| k.len() + 4 + size(v))
+                .sum::<usize>()
+                .max(1)
+        }
+        _ => 5,
+    }
+}
+
 /// The formats the API accepts for a type (it rejects others, e.g. "only 'enum' and
 /// 'date-time' are supported for STRING type").
 fn format_allowed(ty: Option<&str>, format: &str) -> bool {
@@ -189,6 +217,9 @@ struct Reducer<'a> {
     depth: Cell<usize>,
     /// How many `$ref`s have been inlined.
     expansions: Cell<usize>,
+    /// How much has been inlined, and how much may be ([`INLINE_BUDGET_FACTOR`]).
+    inlined: Cell<usize>,
+    budget: usize,
 }
 
 impl<'a> Reducer<'a> {
@@ -197,6 +228,8 @@ impl<'a> Reducer<'a> {
             root,
             depth: Cell::new(0),
             expansions: Cell::new(0),
+            inlined: Cell::new(0),
+            budget: (size(root) * INLINE_BUDGET_FACTOR).max(MIN_INLINE_BUDGET),
         }
     }
 
@@ -234,7 +267,13 @@ impl<'a> Reducer<'a> {
                 return None;
             }
             self.expansions.set(self.expansions.get() + 1);
-            let target = self.resolve(reference)?.as_object()?;
+            let target = self.resolve(reference)?;
+            let cost = size(target);
+            if self.inlined.get() + cost > self.budget {
+                return None;
+            }
+            self.inlined.set(self.inlined.get() + cost);
+            let target = target.as_object()?;
             // The target's keywords, then the referring node's own (2020-12 applies both):
             // the node's own words, like its description, win; its properties join the
             // target's and its required names add to the target's.
@@ -1128,6 +1167,41 @@ mod tests {
                 proptest::prop_assert!(problems.is_empty(), "{schema}\n-> {out}\n{problems:?}");
             }
         }
+    }
+
+    #[test]
+    fn many_references_to_a_large_definition_render_a_bounded_schema() {
+        let big: Map<String, Value> = (0..200)
+            .map(|i| {
+                (
+                    format!("p{i}"),
+                    json!({"type": "string", "description": "A field"}),
+                )
+            })
+            .collect();
+        let refs: Map<String, Value> = (0..200)
+            .map(|i| (format!("r{i}"), json!({"$ref": "#/$defs/big"})))
+            .collect();
+        let schema = json!({
+            "type": "object",
+            "properties": refs,
+            "required": ["r0", "r199"],
+            "$defs": {"big": {"type": "object", "properties": big}},
+        });
+        let source = serde_json::to_string(&schema).unwrap().len();
+        let out = parameters(&schema).unwrap();
+        let rendered = serde_json::to_string(&out).unwrap().len();
+        // Inlined in full it is 200 copies of the definition (about 200 times the source).
+        assert!(
+            rendered <= source + (source * INLINE_BUDGET_FACTOR).max(MIN_INLINE_BUDGET),
+            "{rendered} bytes from {source}"
+        );
+        assert_eq!(check_schema(&out), Vec::<String>::new());
+        // What comes first is kept whole; what is past the budget goes, and `required` follows.
+        let props = out["properties"].as_object().unwrap();
+        assert_eq!(props["r0"]["properties"].as_object().unwrap().len(), 200);
+        assert!(!props.contains_key("r199"));
+        assert_eq!(out["required"], json!(["r0"]));
     }
 
     #[test]
