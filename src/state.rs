@@ -583,7 +583,7 @@ pub struct Reloaded {
 const REPLACED_FILE: &str = "the database file was replaced: serving the run-time domains it holds";
 
 /// Logged when the run-time domains another daemon changed are served.
-const CHANGED_BY_ANOTHER_DAEMON: &str = "another daemon changed the run-time domains: serving them as stored";
+const CHANGED_BY_ANOTHER_DAEMON: &str = "the run-time domains stored changed (another daemon's change, or a write of this one's that committed after it was cut): serving them as stored";
 
 impl State {
     /// Opens the database, reads the settings and the domains registered at run time, and

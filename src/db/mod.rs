@@ -468,13 +468,17 @@ impl Db {
     /// SQLite, one daemon per file, whose settings changes show through the settings TTL.
     /// Listening stops when the receiver is dropped or the database closed.
     pub(crate) fn notices(&self, topic: Topic) -> Option<mpsc::Receiver<Notice>> {
-        let channel = match topic {
-            Topic::Settings => postgres::SETTINGS_CHANNEL,
-            Topic::Domains => postgres::DOMAINS_CHANNEL,
+        // A daemon hears its own domain changes too: one whose write it cut (past its bound)
+        // may still have committed, and only the notice says so; when it did not, the
+        // re-read finds the registry served and changes nothing. Its own settings notices
+        // follow a re-read it made itself.
+        let (channel, own) = match topic {
+            Topic::Settings => (postgres::SETTINGS_CHANNEL, false),
+            Topic::Domains => (postgres::DOMAINS_CHANNEL, true),
         };
         match &self.backend {
             Backend::Sqlite(_) => None,
-            Backend::Postgres(s) => Some(postgres::listen(s, channel)),
+            Backend::Postgres(s) => Some(postgres::listen(s, channel, own)),
         }
     }
 

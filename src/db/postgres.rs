@@ -201,24 +201,27 @@ fn rand_u64() -> u64 {
 }
 
 /// Starts listening on `channel`: the receiver gets [`Notice::Changed`] for each
-/// notification another sender sent, and [`Notice::Resumed`] each time the listening
+/// notification another sender sent (this daemon's own too when `own`), and
+/// [`Notice::Resumed`] each time the listening
 /// connection is (re)established, the first time included. The task ends when the receiver
 /// is dropped or the store is closed.
-pub(super) fn listen(store: &Store, channel: &'static str) -> mpsc::Receiver<Notice> {
+pub(super) fn listen(store: &Store, channel: &'static str, own: bool) -> mpsc::Receiver<Notice> {
     // A full channel already holds a re-read to come, which covers any notice dropped.
     let (tx, rx) = mpsc::channel(4);
     let pool = store.listen_pool.clone();
-    let origin = store.origin.clone();
+    let origin = (!own).then(|| store.origin.clone());
     tokio::spawn(async move {
         tokio::select! {
             () = tx.closed() => {}
-            () = run_listener(&pool, channel, &origin, &tx) => {}
+            () = run_listener(&pool, channel, origin.as_deref(), &tx) => {}
         }
     });
     rx
 }
 
-async fn run_listener(pool: &PgPool, channel: &str, origin: &str, tx: &mpsc::Sender<Notice>) {
+/// Listens on `channel`, leaving out notifications whose payload is `ignored` (this daemon's
+/// own).
+async fn run_listener(pool: &PgPool, channel: &str, ignored: Option<&str>, tx: &mpsc::Sender<Notice>) {
     let mut backoff = MIN_BACKOFF;
     let mut failing = false;
     while !pool.is_closed() {
@@ -235,7 +238,7 @@ async fn run_listener(pool: &PgPool, channel: &str, origin: &str, tx: &mpsc::Sen
                 let _ = tx.try_send(Notice::Resumed);
                 loop {
                     match listener.try_recv().await {
-                        Ok(Some(n)) if n.payload() == origin => {}
+                        Ok(Some(n)) if Some(n.payload()) == ignored => {}
                         Ok(Some(_)) => {
                             let _ = tx.try_send(Notice::Changed);
                         }

@@ -673,7 +673,7 @@ async fn a_server_that_refuses_connections_is_named_with_why() {
 }
 
 #[tokio::test]
-async fn a_domain_change_by_another_daemon_is_heard_and_an_own_one_is_not() {
+async fn a_domain_change_by_any_daemon_is_heard_its_own_included() {
     let Some(f) = postgres_fixture().await else {
         return;
     };
@@ -688,11 +688,12 @@ async fn a_domain_change_by_another_daemon_is_heard_and_an_own_one_is_not() {
         next_notice(&mut notices, Duration::from_secs(10)).await,
         Some(Notice::Changed)
     );
+    // Its own write is heard too: a write it cut past its bound may still commit, and the
+    // notice is what tells it so.
     f.db.upsert_domain("b", "{}", 2).await.unwrap();
     assert_eq!(
-        next_notice(&mut notices, Duration::from_millis(300)).await,
-        None,
-        "its own write is not news to it"
+        next_notice(&mut notices, Duration::from_secs(10)).await,
+        Some(Notice::Changed)
     );
     other.delete_domain("b").await.unwrap();
     assert_eq!(
