@@ -46,6 +46,18 @@ const PING_IDLE_AFTER: Duration = Duration::from_secs(1);
 const MIN_BACKOFF: Duration = Duration::from_millis(50);
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
 
+/// How long a listening connection may be silent, in busy timeouts, before it is asked to
+/// answer a statement (within one busy timeout). A flow a network forgot without a reset (a
+/// NAT or a firewall timing it out, a failover) reports no error: the wait would last
+/// forever, and changes would reach this daemon only through the settings TTL (run-time
+/// domains not at all). Between 1 s and 60 s: 30 s with the default busy timeout.
+const QUIET_CHECK_BUSY_TIMEOUTS: u32 = 6;
+
+/// Listening connections: one per channel, and one per channel more for a connection found
+/// dead while the statement that unlistens on it (sent as it is dropped) waits for the
+/// network to give up on it.
+const LISTEN_CONNECTIONS: u32 = 4;
+
 /// The connection parameters sqlx takes from a URL's query (its `PgConnectOptions` parser).
 const KNOWN_PARAMETERS: &[&str] = &[
     "sslmode",
@@ -103,6 +115,7 @@ pub(super) struct Store {
     listen_pool: PgPool,
     /// This daemon's mark on the notifications it sends: its connections' application name.
     pub(super) origin: std::sync::Arc<str>,
+    busy_timeout: Duration,
 }
 
 impl Store {
@@ -168,7 +181,7 @@ impl Store {
         };
         sqlx::migrate!("migrations/postgres").run(&pool).await?;
         let listen_pool = PgPoolOptions::new()
-            .max_connections(2)
+            .max_connections(LISTEN_CONNECTIONS)
             .acquire_timeout(busy_timeout)
             .idle_timeout(None)
             .max_lifetime(None)
@@ -177,12 +190,16 @@ impl Store {
             pool,
             listen_pool,
             origin,
+            busy_timeout,
         })
     }
 
-    /// Closes every connection, the listening one too (its task then ends).
+    /// Closes every connection, the listening one too (its task then ends). A listening
+    /// connection the network forgot is not waited for past the busy timeout: it holds
+    /// nothing to write, and the statement that unlistens on it as it is dropped would wait
+    /// for the network to give up on it.
     pub(super) async fn close(&self) {
-        self.listen_pool.close().await;
+        let _ = tokio::time::timeout(self.busy_timeout, self.listen_pool.close()).await;
         self.pool.close().await;
     }
 }
@@ -210,10 +227,11 @@ pub(super) fn listen(store: &Store, channel: &'static str, own: bool) -> mpsc::R
     let (tx, rx) = mpsc::channel(4);
     let pool = store.listen_pool.clone();
     let origin = (!own).then(|| store.origin.clone());
+    let busy = store.busy_timeout;
     tokio::spawn(async move {
         tokio::select! {
             () = tx.closed() => {}
-            () = run_listener(&pool, channel, origin.as_deref(), &tx) => {}
+            () = run_listener(&pool, channel, origin.as_deref(), busy, &tx) => {}
         }
     });
     rx
@@ -221,7 +239,16 @@ pub(super) fn listen(store: &Store, channel: &'static str, own: bool) -> mpsc::R
 
 /// Listens on `channel`, leaving out notifications whose payload is `ignored` (this daemon's
 /// own).
-async fn run_listener(pool: &PgPool, channel: &str, ignored: Option<&str>, tx: &mpsc::Sender<Notice>) {
+async fn run_listener(
+    pool: &PgPool,
+    channel: &str,
+    ignored: Option<&str>,
+    busy: Duration,
+    tx: &mpsc::Sender<Notice>,
+) {
+    let quiet = busy
+        .saturating_mul(QUIET_CHECK_BUSY_TIMEOUTS)
+        .clamp(Duration::from_secs(1), Duration::from_secs(60));
     let mut backoff = MIN_BACKOFF;
     let mut failing = false;
     while !pool.is_closed() {
@@ -237,7 +264,15 @@ async fn run_listener(pool: &PgPool, channel: &str, ignored: Option<&str>, tx: &
                 backoff = MIN_BACKOFF;
                 let _ = tx.try_send(Notice::Resumed);
                 loop {
-                    match listener.try_recv().await {
+                    // Waiting for a message can be cut: sqlx reads a message whole or not
+                    // at all.
+                    let Ok(received) = tokio::time::timeout(quiet, listener.try_recv()).await else {
+                        if let Err(e) = still_answers(&mut listener, busy).await {
+                            break e;
+                        }
+                        continue;
+                    };
+                    match received {
                         Ok(Some(n)) if Some(n.payload()) == ignored => {}
                         Ok(Some(_)) => {
                             let _ = tx.try_send(Notice::Changed);
@@ -266,6 +301,21 @@ async fn run_listener(pool: &PgPool, channel: &str, ignored: Option<&str>, tx: &
         }
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
+/// Whether a listening connection that has been quiet still answers a statement within
+/// `busy` (see [`QUIET_CHECK_BUSY_TIMEOUTS`]).
+async fn still_answers(listener: &mut PgListener, busy: Duration) -> sqlx::Result<()> {
+    match tokio::time::timeout(busy, sqlx::query("SELECT 1").execute(&mut *listener)).await {
+        Ok(result) => result.map(drop),
+        Err(_) => Err(sqlx::Error::Io(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!(
+                "the listening connection did not answer within the busy timeout ({})",
+                humantime::format_duration(busy)
+            ),
+        ))),
     }
 }
 

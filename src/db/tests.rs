@@ -2,6 +2,7 @@
 //! SQLite file and, when `TOOLROUTER_TEST_POSTGRES_URL` names a server, on a fresh
 //! PostgreSQL database (the API tests print the one line saying how to run those).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::*;
@@ -467,6 +468,102 @@ fn the_backend_is_chosen_by_the_scheme() {
 /// Waits for the next notice, at most `limit`.
 async fn next_notice(rx: &mut mpsc::Receiver<Notice>, limit: Duration) -> Option<Notice> {
     tokio::time::timeout(limit, rx.recv()).await.ok().flatten()
+}
+
+/// A TCP proxy that can stop forwarding on the connections open so far while keeping them
+/// open, as a NAT or a firewall that forgot a flow does (no reset, no error: silence).
+struct ForgetfulProxy {
+    addr: std::net::SocketAddr,
+    /// Connections numbered below this forward nothing more.
+    forgotten_below: Arc<std::sync::atomic::AtomicUsize>,
+    opened: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl ForgetfulProxy {
+    async fn start(upstream: String) -> ForgetfulProxy {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let forgotten_below = Arc::new(AtomicUsize::new(0));
+        let opened = Arc::new(AtomicUsize::new(0));
+        let (forgotten, count) = (forgotten_below.clone(), opened.clone());
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let id = count.fetch_add(1, Ordering::SeqCst);
+                let Ok(server) = tokio::net::TcpStream::connect(&upstream).await else {
+                    continue;
+                };
+                let (cr, cw) = client.into_split();
+                let (sr, sw) = server.into_split();
+                for (mut from, mut to) in [(cr, sw), (sr, cw)].map(|(r, w)| (tokio::io::BufReader::new(r), w))
+                {
+                    let forgotten = forgotten.clone();
+                    tokio::spawn(async move {
+                        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+                        let mut buf = vec![0u8; 16 * 1024];
+                        loop {
+                            let n = match from.read(&mut buf).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => n,
+                            };
+                            if id >= forgotten.load(Ordering::SeqCst)
+                                && to.write_all(&buf[..n]).await.is_err()
+                            {
+                                return;
+                            }
+                        }
+                    });
+                }
+            }
+        });
+        ForgetfulProxy {
+            addr,
+            forgotten_below,
+            opened,
+        }
+    }
+
+    /// Forgets every connection open now.
+    fn forget(&self) {
+        use std::sync::atomic::Ordering;
+        self.forgotten_below
+            .store(self.opened.load(Ordering::SeqCst), Ordering::SeqCst);
+    }
+}
+
+#[tokio::test]
+async fn a_listening_connection_the_network_forgot_is_found_out_and_made_again() {
+    let Some(f) = postgres_fixture().await else {
+        return;
+    };
+    let options = crate::db::postgres::connect_options(&f.url).unwrap();
+    let upstream = format!("{}:{}", options.get_host(), options.get_port());
+    let proxy = ForgetfulProxy::start(upstream.clone()).await;
+    let url = f.url.replacen(&upstream, &proxy.addr.to_string(), 1);
+    assert_ne!(url, f.url);
+    // A short busy timeout: the connection is asked to answer after a second of silence.
+    let db = Db::connect_with(&url, Duration::from_millis(200)).await.unwrap();
+    let mut notices = db.notices(Topic::Settings).expect("PostgreSQL listens");
+    assert_eq!(
+        next_notice(&mut notices, Duration::from_secs(10)).await,
+        Some(Notice::Resumed)
+    );
+    proxy.forget();
+    f.db.announce_settings().await.unwrap();
+    // The announcement is lost with the flow; the silence is noticed, the connection made
+    // again (through the proxy, a new flow), and the re-read it asks for covers what was lost.
+    assert_eq!(
+        next_notice(&mut notices, Duration::from_secs(10)).await,
+        Some(Notice::Resumed),
+        "the forgotten connection is found out and made again"
+    );
+    f.db.announce_settings().await.unwrap();
+    assert_eq!(
+        next_notice(&mut notices, Duration::from_secs(10)).await,
+        Some(Notice::Changed),
+        "and heard on"
+    );
+    db.close().await;
 }
 
 #[tokio::test]
