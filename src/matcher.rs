@@ -209,6 +209,8 @@ fn anchored(nfa: &NFA, text: &str, start: usize, mut found: impl FnMut(usize, us
         if nfa.is_dead(sid) {
             return;
         }
+        #[cfg(test)]
+        tests::WALKED.with(|w| w.set(w.get() + 1));
         if nfa.is_match(sid) {
             // A state also holds the matches of its suffixes (for unanchored search, which
             // reaches them by failure transitions); only the pattern that is this state's
@@ -217,6 +219,8 @@ fn anchored(nfa: &NFA, text: &str, start: usize, mut found: impl FnMut(usize, us
             // be: reading on would cost, at every byte, one step per keyword that ends
             // here and starts later.
             let pattern = nfa.match_pattern(sid, 0);
+            #[cfg(test)]
+            tests::MATCHES_READ.with(|m| m.set(m.get() + 1));
             if nfa.pattern_len(pattern) == len {
                 found(pattern.as_usize(), start + len);
             }
@@ -395,6 +399,12 @@ mod tests {
         }
     }
 
+    thread_local! {
+        /// Trie states a word-mode walk entered, and matches it read, on this thread.
+        pub(super) static WALKED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+        pub(super) static MATCHES_READ: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    }
+
     #[test]
     fn keywords_nested_in_each_other_are_each_found_once_in_a_message_that_repeats_them() {
         // "a", "a a", "a a a", ...: every state of the walk ends one keyword and holds the
@@ -403,9 +413,15 @@ mod tests {
         let message = "a ".repeat(32 * 1024);
         for mode in [Word, Substring] {
             let m = Matcher::new(keywords.iter().map(String::as_str), mode).unwrap();
+            WALKED.with(|w| w.set(0));
+            MATCHES_READ.with(|m| m.set(0));
             let found = m.find(&message);
             assert_eq!(found.len(), keywords.len(), "{mode:?}");
             assert!(found.iter().enumerate().all(|(i, k)| k.index() == i), "{mode:?}");
+            // A walk reads at most one match per state it enters, not every keyword that
+            // ends there (up to 64 here).
+            let (walked, read) = (WALKED.with(|w| w.get()), MATCHES_READ.with(|m| m.get()));
+            assert!(read <= walked, "{mode:?}: {read} matches read in {walked} states");
         }
     }
 

@@ -536,9 +536,10 @@ struct Inner {
 pub struct Description {
     /// The registry's version.
     pub registry_version: u64,
-    /// Its domains (those a bound profile sees, whatever the settings).
+    /// Its domains (those a bound profile sees, whatever the settings activate).
     pub domains: usize,
-    /// Its tools (those a bound profile sees, whatever the settings).
+    /// Its tools (those a bound profile sees, whatever the settings activate, less the
+    /// disabled tools).
     pub tools: usize,
     /// The database URL, credentials removed.
     pub database: String,
@@ -668,6 +669,11 @@ impl State {
             uptime: self.inner.started.elapsed(),
             config_toml: self.inner.config.to_toml_for(profile),
         }
+    }
+
+    /// The registry served now, without reading the settings (however old they are).
+    pub(crate) fn served_registry(&self) -> Arc<Registry> {
+        self.inner.view.load().registry.clone()
     }
 
     /// Conversations held in memory now.

@@ -335,7 +335,9 @@ impl Metrics {
             .set(1);
         // Series of domains no longer served go: run-time domains registered and deleted
         // over and over would otherwise add series without end.
-        let registry = state.view().await.registry.clone();
+        // The registry served, as `describe` reads it: a scrape reads nothing from the
+        // database.
+        let registry = state.served_registry();
         let served = |name: &str| registry.find(name).is_some();
         if drop_series(&m.route_domains, "domain", served) {
             // The counters fetched for the registry may be among those dropped: the same

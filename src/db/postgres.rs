@@ -53,10 +53,11 @@ const MAX_BACKOFF: Duration = Duration::from_secs(2);
 /// domains not at all). Between 1 s and 60 s: 30 s with the default busy timeout.
 const QUIET_CHECK_BUSY_TIMEOUTS: u32 = 6;
 
-/// Listening connections: one per channel, and one per channel more for a connection found
-/// dead while the statement that unlistens on it (sent as it is dropped) waits for the
-/// network to give up on it.
-const LISTEN_CONNECTIONS: u32 = 4;
+/// Listening connections: one per channel, and room for connections found dead while the
+/// statement that unlistens on each (sent as it is dropped) waits for the network to give up
+/// on it (about 15 minutes with Linux's default retries): an idle one costs a socket, and
+/// a network that forgets flows again and again must not leave no room to listen.
+const LISTEN_CONNECTIONS: u32 = 16;
 
 /// The connection parameters sqlx takes from a URL's query (its `PgConnectOptions` parser).
 const KNOWN_PARAMETERS: &[&str] = &[

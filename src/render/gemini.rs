@@ -95,7 +95,12 @@ fn owner(field: &str) -> Option<&'static str> {
 /// joining what the branch says itself (both apply: properties name by name, `required`
 /// names added, then kept only for properties the branch has). Elsewhere, a field of another type than the node's is dropped
 /// (`enum` on an integer): the value keeps its own type.
-fn fit_to_type(out: &mut Map<String, Value>) {
+///
+/// A field copied into more than one branch is charged to `budget` (what the reduction may
+/// still inline, see [`INLINE_BUDGET_FACTOR`]) for every copy past the first: unions nested
+/// in unions would otherwise double the schema at every level. A field the budget cannot
+/// pay for is dropped.
+fn fit_to_type(out: &mut Map<String, Value>, budget: &Cell<usize>) {
     if !out.contains_key("type") && !out.contains_key("anyOf") {
         let implied = TYPED
             .iter()
@@ -119,13 +124,27 @@ fn fit_to_type(out: &mut Map<String, Value>) {
         if ty.is_none()
             && let Some(Value::Array(branches)) = out.get_mut("anyOf")
         {
-            for branch in branches.iter_mut().filter_map(Value::as_object_mut) {
-                if branch.get("type").and_then(Value::as_str) == owner {
-                    // Both the node's field and the branch's own apply: they join.
-                    join(branch, field.clone(), value.clone());
-                    name_only_properties(branch);
-                }
+            let mut takers: Vec<&mut Map<String, Value>> = branches
+                .iter_mut()
+                .filter_map(Value::as_object_mut)
+                .filter(|b| b.get("type").and_then(Value::as_str) == owner)
+                .collect();
+            let copies = size(&value) * takers.len().saturating_sub(1);
+            if copies > budget.get() {
+                continue;
             }
+            budget.set(budget.get() - copies);
+            for branch in &mut takers {
+                // Both the node's field and the branch's own apply: they join.
+                join(branch, field.clone(), value.clone());
+            }
+        }
+    }
+    // Once every field has moved (`required` may come before `properties`), each branch's
+    // names are those of its own properties.
+    if let Some(Value::Array(branches)) = out.get_mut("anyOf") {
+        for branch in branches.iter_mut().filter_map(Value::as_object_mut) {
+            name_only_properties(branch);
         }
     }
 }
@@ -480,7 +499,9 @@ impl<'a> Reducer<'a> {
         {
             out.remove("format");
         }
-        fit_to_type(&mut out);
+        let left = Cell::new(self.budget.saturating_sub(self.inlined.get()));
+        fit_to_type(&mut out, &left);
+        self.inlined.set(self.budget - left.get());
         // A union's branches made from a list of types are checked only now, with the fields
         // of their type moved in: one the API refuses goes, and a single one left is the node.
         if let Some(Value::Array(branches)) = out.get_mut("anyOf") {
@@ -1202,6 +1223,48 @@ mod tests {
         assert_eq!(props["r0"]["properties"].as_object().unwrap().len(), 200);
         assert!(!props.contains_key("r199"));
         assert_eq!(out["required"], json!(["r0"]));
+    }
+
+    #[test]
+    fn a_union_keeps_required_written_before_its_properties() {
+        let out = reduce(json!({
+            "type": "object",
+            "properties": {"x": {
+                "type": ["object", "array"],
+                "required": ["a"],
+                "properties": {"a": {"type": "string"}},
+                "items": {"type": "string"},
+            }},
+        }))
+        .unwrap();
+        assert_eq!(
+            out["properties"]["x"],
+            json!({"anyOf": [
+                {"type": "OBJECT", "required": ["a"], "properties": {"a": {"type": "STRING"}}},
+                {"type": "ARRAY", "items": {"type": "STRING"}},
+            ]})
+        );
+        assert_eq!(check_schema(&out), Vec::<String>::new());
+    }
+
+    #[test]
+    fn unions_nested_in_unions_render_a_bounded_schema() {
+        // Each level's properties go into both object branches of its union: copied in
+        // full, 14 levels are 2^14 copies of the innermost (about 1 MB).
+        let branch = json!({"type": "object", "properties": {"z": {"type": "string"}}});
+        let mut level = json!({"type": "string"});
+        for _ in 0..14 {
+            level = json!({"properties": {"x": level}, "anyOf": [branch.clone(), branch.clone()]});
+        }
+        let schema = json!({"type": "object", "properties": {"top": level}});
+        let source = serde_json::to_string(&schema).unwrap().len();
+        let out = parameters(&schema).unwrap();
+        let rendered = serde_json::to_string(&out).unwrap().len();
+        assert!(
+            rendered <= source + (source * INLINE_BUDGET_FACTOR).max(MIN_INLINE_BUDGET),
+            "{rendered} bytes from {source}"
+        );
+        assert_eq!(check_schema(&out), Vec::<String>::new());
     }
 
     #[test]
