@@ -1123,18 +1123,27 @@ fn embed_json_field(line: &mut String, name: &str) {
 /// the transport accepts, so that is what the caller gets.
 fn over_transport_limit_is_resource_exhausted<R>(response: &mut http::Response<R>) {
     let headers = response.headers_mut();
+    let tonic_message = headers
+        .get("grpc-message")
+        .and_then(|m| m.to_str().ok())
+        .map(|m| {
+            percent_encoding::percent_decode_str(m)
+                .decode_utf8_lossy()
+                .into_owned()
+        });
     let over = headers.get("grpc-status").is_some_and(|v| v == "11")
-        && headers
-            .get("grpc-message")
-            .and_then(|m| m.to_str().ok())
-            .is_some_and(|m| {
-                m.contains("message%20length%20too%20large") || m.contains("message length too large")
-            });
+        && tonic_message
+            .as_deref()
+            .is_some_and(|m| m.contains("message length too large"));
     if over {
-        let message = format!(
-            "The request is over the transport limit of {} bytes.",
-            crate::codec::TRANSPORT_LIMIT_BYTES
-        );
+        // The limit of the service called, as tonic names it ("..., the limit is: N bytes").
+        let limit = tonic_message
+            .as_deref()
+            .and_then(|m| m.split("the limit is: ").nth(1))
+            .and_then(|rest| rest.split(' ').next())
+            .and_then(|n| n.parse::<usize>().ok())
+            .unwrap_or(crate::codec::TRANSPORT_LIMIT_BYTES);
+        let message = format!("The request is over the transport limit of {limit} bytes.");
         headers.insert("grpc-status", http::HeaderValue::from_static("8"));
         if let Ok(v) = http::HeaderValue::from_str(&message.replace(' ', "%20")) {
             headers.insert("grpc-message", v);

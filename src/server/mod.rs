@@ -31,6 +31,9 @@ use crate::config::Config;
 use crate::error::Error;
 use crate::guard::Guard;
 
+/// The largest health or reflection request decoded: a service name, a file or symbol name.
+const SMALL_REQUEST_BYTES: usize = 4 * 1024;
+
 use crate::service::{Limits, ToolRouterService};
 use crate::state::State;
 use crate::wire::tool_router_server::ToolRouterServer;
@@ -196,23 +199,29 @@ pub async fn serve(
         };
     }
     let reporter = tonic_health::server::HealthReporter::new();
-    let health = compressed!(tonic_health::pb::health_server::HealthServer::new(
-        DrainingHealth {
+    // Health takes no token and is never shed, so its requests (a service name) are decoded
+    // only up to a few KiB: a connection's streams each held 4 MiB until the request timeout.
+    let health = compressed!(
+        tonic_health::pb::health_server::HealthServer::new(DrainingHealth {
             inner: tonic_health::server::HealthService::from_health_reporter(reporter.clone()),
             draining: drain_rx.clone(),
-        }
-    ));
+        })
+        .max_decoding_message_size(SMALL_REQUEST_BYTES)
+    );
+    // Reflection requests name a file or a symbol: a few KiB too.
     let reflection_v1 = compressed!(
         tonic_reflection::server::Builder::configure()
             .register_encoded_file_descriptor_set(crate::proto::FILE_DESCRIPTOR_SET)
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
             .build_v1()?
+            .max_decoding_message_size(SMALL_REQUEST_BYTES)
     );
     let reflection_v1alpha = compressed!(
         tonic_reflection::server::Builder::configure()
             .register_encoded_file_descriptor_set(crate::proto::FILE_DESCRIPTOR_SET)
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
             .build_v1alpha()?
+            .max_decoding_message_size(SMALL_REQUEST_BYTES)
     );
     // A request may carry a message (or an `UpsertDomain` manifest, the larger field) of
     // exactly its limit plus the other fields; a larger one, up to the transport limit, is

@@ -4,7 +4,7 @@
 use tonic_health::pb::health_check_response::ServingStatus;
 use toolrouter::proto::tool_router_client::ToolRouterClient;
 
-use crate::helpers::{health, list_services, route_request, spawn_app};
+use crate::helpers::{TestApp, health, list_services, route_request, spawn_app};
 
 #[tokio::test]
 async fn health_is_serving_for_the_server_and_the_service() {
@@ -103,6 +103,46 @@ async fn health_and_reflection_take_compressed_requests_too() {
             .into_inner();
         assert!(stream.message().await.unwrap().is_some(), "{encoding:?}");
     }
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn requests_over_a_services_decoding_limit_are_told_that_limit() {
+    use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
+    // Health takes no token and is never shed: its requests, a service name, are decoded
+    // up to 4 KiB only (each of a connection's streams could hold 4 MiB for the timeout).
+    let app = spawn_app().await;
+    let mut health = HealthClient::new(app.channel().await);
+    let e = health
+        .check(HealthCheckRequest {
+            service: "x".repeat(5_000),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e:?}");
+    assert_eq!(
+        e.message(),
+        "The request is over the transport limit of 4096 bytes."
+    );
+    app.stop().await;
+    // A raised --max-message-bytes raises the ToolRouter limit, and the answer names it.
+    let app = TestApp::builder()
+        .config(|c| c.max_message_bytes = 1024 * 1024)
+        .spawn()
+        .await;
+    let mut client = ToolRouterClient::new(app.channel().await);
+    let e = client
+        .route(route_request(&"x".repeat(17 * 1024 * 1024), ""))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e:?}");
+    let limit: usize = e
+        .message()
+        .strip_prefix("The request is over the transport limit of ")
+        .and_then(|m| m.strip_suffix(" bytes."))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{e:?}"));
+    assert!((16 * 1024 * 1024..17 * 1024 * 1024).contains(&limit), "{limit}");
     app.stop().await;
 }
 
