@@ -527,7 +527,7 @@ where
                 .await;
             let call = unanswered.answered();
             if let Ok(response) = &mut result {
-                over_transport_limit_is_resource_exhausted(response);
+                transport_refusals_in_the_contracts_codes(response);
             }
             let mut response = match result {
                 Ok(response) => response,
@@ -1118,38 +1118,60 @@ fn embed_json_field(line: &mut String, name: &str) {
     }
 }
 
-/// tonic refuses a request over the decoding limit with `OUT_OF_RANGE`; gRPC's own servers
-/// (and this daemon's documentation) answer `RESOURCE_EXHAUSTED` for a message larger than
-/// the transport accepts, so that is what the caller gets.
-fn over_transport_limit_is_resource_exhausted<R>(response: &mut http::Response<R>) {
+/// The contract's codes for what tonic refuses before the service sees a request. A request
+/// over the decoding limit tonic answers `OUT_OF_RANGE`; gRPC's own servers (and this
+/// daemon's documentation) answer `RESOURCE_EXHAUSTED` for a message larger than the
+/// transport accepts, naming the limit of the service called. A body that cannot be
+/// decompressed tonic answers `INTERNAL`, which the contract keeps for the daemon's own
+/// faults: it is the caller's, `INVALID_ARGUMENT`.
+fn transport_refusals_in_the_contracts_codes<R>(response: &mut http::Response<R>) {
     let headers = response.headers_mut();
-    let tonic_message = headers
+    let Some(status) = headers.get("grpc-status").filter(|v| *v == "11" || *v == "13") else {
+        return;
+    };
+    let refused_for_size = status == "11";
+    let Some(tonic_message) = headers
         .get("grpc-message")
         .and_then(|m| m.to_str().ok())
         .map(|m| {
             percent_encoding::percent_decode_str(m)
                 .decode_utf8_lossy()
                 .into_owned()
-        });
-    let over = headers.get("grpc-status").is_some_and(|v| v == "11")
-        && tonic_message
-            .as_deref()
-            .is_some_and(|m| m.contains("message length too large"));
-    if over {
-        // The limit of the service called, as tonic names it ("..., the limit is: N bytes").
+        })
+    else {
+        return;
+    };
+    let (code, message) = if refused_for_size && tonic_message.contains("message length too large") {
+        // "..., the limit is: N bytes"
         let limit = tonic_message
-            .as_deref()
-            .and_then(|m| m.split("the limit is: ").nth(1))
+            .split("the limit is: ")
+            .nth(1)
             .and_then(|rest| rest.split(' ').next())
             .and_then(|n| n.parse::<usize>().ok())
             .unwrap_or(crate::codec::TRANSPORT_LIMIT_BYTES);
-        let message = format!("The request is over the transport limit of {limit} bytes.");
-        headers.insert("grpc-status", http::HeaderValue::from_static("8"));
-        if let Ok(v) = http::HeaderValue::from_str(&message.replace(' ', "%20")) {
-            headers.insert("grpc-message", v);
-        }
+        (
+            "8",
+            format!("The request is over the transport limit of {limit} bytes."),
+        )
+    } else if let Some(detail) = (!refused_for_size)
+        .then(|| tonic_message.strip_prefix("Error decompressing: "))
+        .flatten()
+    {
+        let detail = detail.split(", while ").next().unwrap_or(detail);
+        ("3", format!("The request cannot be decompressed: {detail}."))
+    } else {
+        return;
+    };
+    headers.insert("grpc-status", http::HeaderValue::from_static(code));
+    let encoded = percent_encoding::utf8_percent_encode(&message, GRPC_MESSAGE).to_string();
+    if let Ok(v) = http::HeaderValue::from_str(&encoded) {
+        headers.insert("grpc-message", v);
     }
 }
+
+/// What a `grpc-message` value percent-encodes: controls, space, `%` and everything outside
+/// ASCII's printable range (gRPC's rule).
+const GRPC_MESSAGE: &percent_encoding::AsciiSet = &percent_encoding::CONTROLS.add(b' ').add(b'%');
 
 /// The canonical upper-snake name of a gRPC status code (as in the gRPC docs and grpcurl).
 pub(crate) fn code_name(code: tonic::Code) -> &'static str {

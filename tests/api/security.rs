@@ -326,6 +326,43 @@ fn health_call(
 }
 
 #[tokio::test]
+async fn a_body_that_cannot_be_decompressed_is_the_callers_error_named_so() {
+    let app = TestApp::builder().spawn().await;
+    let mut send = h2_connection(&app).await;
+    for encoding in ["gzip", "zstd"] {
+        let request = http::Request::post(format!("http://{}/toolrouter.v1.ToolRouter/Route", app.addr))
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .header("grpc-encoding", encoding)
+            .body(())
+            .unwrap();
+        let (answer, mut stream) = send.send_request(request, false).unwrap();
+        // A message flagged compressed whose bytes are no such stream.
+        let body: &'static [u8] = &[1, 0, 0, 0, 4, b'n', b'o', b'p', b'e'];
+        stream.send_data(bytes::Bytes::from_static(body), true).unwrap();
+        let answer = tokio::time::timeout(Duration::from_secs(5), answer)
+            .await
+            .unwrap()
+            .unwrap();
+        let headers = answer.headers();
+        assert_eq!(
+            headers.get("grpc-status").map(|v| v.as_bytes()),
+            Some(&b"3"[..]),
+            "{encoding}: {headers:?}"
+        );
+        let message = percent_encoding::percent_decode(headers.get("grpc-message").unwrap().as_bytes())
+            .decode_utf8()
+            .unwrap()
+            .into_owned();
+        assert!(
+            message.starts_with("The request cannot be decompressed: "),
+            "{encoding}: {message}"
+        );
+    }
+    app.stop().await;
+}
+
+#[tokio::test]
 async fn a_connection_may_open_a_bounded_number_of_streams() {
     // (limit on concurrent calls, streams per connection)
     let cases = [(1, 1024 + 64), (1024, 1024 + 64), (5000, 5000 + 64)];
