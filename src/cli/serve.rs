@@ -282,6 +282,15 @@ pub fn init_tracing(format: LogFormat) {
     };
 }
 
+/// A configuration value as the configuration file spells it.
+fn spelled(value: &impl serde::Serialize) -> String {
+    match serde_json::to_value(value) {
+        Ok(serde_json::Value::String(s)) => s,
+        Ok(other) => other.to_string(),
+        Err(_) => String::new(),
+    }
+}
+
 pub(super) async fn serve(args: &ServeArgs) -> Result<(), Failure> {
     let config = args.config()?;
     if args.print_config {
@@ -308,8 +317,9 @@ pub(super) async fn serve(args: &ServeArgs) -> Result<(), Failure> {
         // JSON text, which the JSON log format embeds as a real array.
         manifests = %serde_json::to_string(&config.manifests).unwrap_or_default(),
         settings_ttl = ?config.settings_ttl,
-        fallback = ?config.fallback,
-        keyword_match = ?config.keyword_match,
+        // As the flags and the configuration file spell them (`all-active`, `word`).
+        fallback = %spelled(&config.fallback),
+        keyword_match = %spelled(&config.keyword_match),
         expose_load_tool_group = config.expose_load_tool_group,
         conversation_ttl = ?config.conversation_ttl,
         max_message_bytes = config.max_message_bytes,

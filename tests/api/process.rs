@@ -776,6 +776,9 @@ async fn each_call_is_logged_once_without_its_text_and_counted_in_the_metrics() 
         .find(|v| v["fields"]["message"] == "starting")
         .expect("a start line");
     assert!(start["fields"]["manifests"].is_array(), "{start}");
+    // Options as the flags spell them.
+    assert_eq!(start["fields"]["fallback"], "all-active", "{start}");
+    assert_eq!(start["fields"]["keyword_match"], "word", "{start}");
     for secret in [
         "torrents seeding",
         "user-42-private",
