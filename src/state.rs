@@ -372,6 +372,18 @@ pub struct Searched {
 }
 
 /// Runs pure, CPU-bound work (parsing, building a registry) on the blocking pool.
+/// Runs a change of the stored domains to its end, its caller gone or not: the database
+/// write and the registry swap that follows it go together. A call cut at its deadline
+/// between the two (a write waiting on a lock another writer held, then committing) left
+/// the database changed and the old registry served until the next reload.
+async fn to_the_end<T: Send + 'static>(
+    work: impl std::future::Future<Output = Result<T>> + Send + 'static,
+) -> Result<T> {
+    tokio::spawn(work)
+        .await
+        .map_err(|e| Error::Internal(format!("a registry change failed: {e}")))?
+}
+
 async fn blocking<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> Result<T> {
     tokio::task::spawn_blocking(work)
         .await
@@ -1132,6 +1144,12 @@ impl State {
     /// `DomainRefused` listing every problem; `DomainFromManifestsExists` for a name the
     /// manifests define; a database fault; an automaton too large.
     pub async fn upsert_domain(&self, manifest_json: &str) -> Result<Upserted> {
+        let (state, text) = (self.clone(), manifest_json.to_string());
+        to_the_end(async move { state.upsert_domain_now(&text).await }).await
+    }
+
+    /// [`State::upsert_domain`], cut short if its caller goes.
+    async fn upsert_domain_now(&self, manifest_json: &str) -> Result<Upserted> {
         let text = manifest_json.to_string();
         let domain = blocking(move || manifest::parse_native(&text, upsert_source))
             .await?
@@ -1171,6 +1189,12 @@ impl State {
     /// `DomainFromManifestsKept` for a name the manifests define; `DomainNotFound` for one
     /// not registered at run time; a database fault (nothing changed).
     pub async fn delete_domain(&self, name: &str) -> Result<u64> {
+        let (state, name) = (self.clone(), name.to_string());
+        to_the_end(async move { state.delete_domain_now(&name).await }).await
+    }
+
+    /// [`State::delete_domain`], cut short if its caller goes.
+    async fn delete_domain_now(&self, name: &str) -> Result<u64> {
         let mut sources = self.inner.sources.lock().await;
         if let Some(d) = sources.manifest_domain(name) {
             return Err(Error::DomainFromManifestsKept {
@@ -1448,6 +1472,56 @@ mod tests {
         );
         assert!(sonarr_active(&served));
         assert!(sonarr_active(&watcher.borrow()), "and watchers are told");
+    }
+
+    /// A registry change its caller gave up on while its write waited for another writer's
+    /// lock still ends as one: the domain is gone from the database and from the registry
+    /// served, or from neither.
+    #[tokio::test]
+    async fn a_domain_change_cut_at_its_callers_deadline_is_stored_and_served_alike() {
+        use sqlx::{Connection as _, Executor as _};
+        let dir = tempfile::tempdir().unwrap();
+        let state = demo_state(dir.path()).await;
+        state
+            .upsert_domain(
+                r#"{"name": "weather", "keywords": ["forecast"],
+                    "tools": [{"name": "get_forecast", "description": "The forecast"}]}"#,
+            )
+            .await
+            .unwrap();
+        // A settings UI holds the write lock for a while.
+        let url = format!("sqlite://{}", dir.path().join("s.db").display());
+        let mut ui = sqlx::SqliteConnection::connect(&url).await.unwrap();
+        ui.execute("BEGIN IMMEDIATE").await.unwrap();
+        let cut = tokio::time::timeout(Duration::from_millis(200), state.delete_domain("weather")).await;
+        assert!(cut.is_err(), "the caller gave up while the write waited");
+        ui.execute("COMMIT").await.unwrap();
+        let stored = || async {
+            state
+                .inner
+                .db
+                .read_domains()
+                .await
+                .unwrap()
+                .iter()
+                .any(|(name, _)| name == "weather")
+        };
+        let served = || state.inner.view.load().registry.find("weather").is_some();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while stored().await && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // Let the change finish what it started, if it did.
+        let _ = state.inner.sources.lock().await;
+        assert_eq!(
+            served(),
+            stored().await,
+            "the database and the registry served agree"
+        );
+        assert!(
+            !served(),
+            "the delete, once its write went through, went through whole"
+        );
     }
 
     /// A settings swap that publishes after a reload swapped in and published a newer view

@@ -429,7 +429,9 @@ async fn run(
     let service = conn.service().await?;
     let client =
         ToolRouterClient::new(service.clone()).max_decoding_message_size(super::connection::MAX_ANSWER_BYTES);
-    // Every non-core group, for LoadToolGroup.
+    // The non-core groups, for LoadToolGroup: every one in the mixed run, which counts the
+    // refusals of unconfigured ones as specified; only active ones in a load run, which
+    // measures loads that write.
     let groups: Vec<String> = if matches!(mix.0, Mix::Mixed | Mix::Load) {
         let mut c = client.clone();
         let all = c
@@ -439,12 +441,17 @@ async fn run(
         all.into_inner()
             .groups
             .into_iter()
-            .filter(|g| !g.core)
+            .filter(|g| !g.core && (g.active || mix.0 == Mix::Mixed))
             .map(|g| g.name)
             .collect()
     } else {
         Vec::new()
     };
+    if mix.0 == Mix::Load && groups.is_empty() {
+        return Err(crate::Error::Config(
+            "--mix load loads active groups, and the daemon has no active non-core group: configure one (toolrouter settings set KEY VALUE)".into(),
+        ));
+    }
     let groups = std::sync::Arc::new(groups);
     let messages = std::sync::Arc::new(messages);
     // A short warm-up so connection set-up and first-touch allocation are not measured.

@@ -28,6 +28,10 @@ pub struct EvalArgs {
 pub(super) fn eval(args: &EvalArgs) -> Result<(), Failure> {
     use crate::eval::Figures;
     let config = args.serve.config()?;
+    if args.serve.print_config {
+        out!("{}", config.to_toml());
+        return Ok(());
+    }
     let labelled = crate::eval::read_labelled(&args.queries, config.max_message_bytes)?;
     let manifests = Registry::load(&config.manifests)?;
     // Every domain active, unless a database is named (by flag, environment or config file):

@@ -574,9 +574,13 @@ pub(super) async fn upsert_domain(
 }
 
 pub(super) async fn delete_domain(pool: &SqlitePool, name: &str) -> sqlx::Result<bool> {
-    sqlx::query("DELETE FROM domains WHERE name = ?1")
-        .bind(name)
-        .execute(pool)
-        .await
-        .map(|r| r.rows_affected() > 0)
+    // In a transaction, as every write here: one cut before its commit leaves nothing done.
+    in_transaction(pool, async |tx| {
+        sqlx::query("DELETE FROM domains WHERE name = ?1")
+            .bind(name)
+            .execute(&mut *tx)
+            .await
+            .map(|r| r.rows_affected() > 0)
+    })
+    .await
 }

@@ -478,6 +478,48 @@ async fn an_interrupted_mixed_bench_reports_and_leaves_no_domain_behind() {
 }
 
 #[tokio::test]
+async fn a_load_bench_loads_active_groups_only_and_eval_prints_its_configuration() {
+    let mut app = spawn_app().await;
+    // One group configured among the demo's unconfigured ones.
+    crate::helpers::set_settings(app.dir(), &[("sonarr_url", "http://nas:8989")]).await;
+    app.invalidate().await.unwrap();
+    let messages = app.dir().join("messages.txt");
+    std::fs::write(&messages, "what is playing?\n").unwrap();
+    let addr = app.addr.to_string();
+    let messages = messages.to_str().unwrap();
+    let args = [
+        "bench",
+        "grpc",
+        "--addr",
+        &addr,
+        "--messages",
+        messages,
+        "--duration",
+        "1s",
+    ];
+    let out = run(app.dir(), &[&args[..], &["--mix", "load"]].concat()).await;
+    assert_eq!(out.status.code(), Some(0), "{}", shown(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let report: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(report["refused"], 0, "every load writes: {report}");
+    assert!(report["ok"].as_u64().unwrap() > 0, "{report}");
+    assert_eq!(report["calls"]["LoadToolGroup"], report["ok"], "{report}");
+    // `eval --print-config` prints the configuration and evaluates nothing.
+    let queries = app.dir().join("q.jsonl");
+    std::fs::write(&queries, "{\"query\": \"x\", \"domains\": [\"docker\"]}\n").unwrap();
+    let out = run(
+        app.dir(),
+        &["eval", "--queries", queries.to_str().unwrap(), "--print-config"],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", shown(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("fallback = \"all-active\""), "{stdout}");
+    assert!(!stdout.contains("strict_recall"), "{stdout}");
+    app.stop().await;
+}
+
+#[tokio::test]
 async fn eval_names_a_bad_labelled_line() {
     let dir = temp_dir();
     let (folder, _) = eval_fixture(dir.path());
