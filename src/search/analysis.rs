@@ -436,13 +436,54 @@ pub(crate) fn split_identifier(name: &str) -> String {
 /// Words that start a new request inside a sentence ("… and then …", "…, also …").
 const CLAUSE_BREAKS: &[&str] = &["and", "then", "also", "plus", "afterwards", "finally"];
 
-/// Cuts a message into segments (byte ranges): sentences end at `.`, `!`, `?`, `;` or a line
-/// break followed by a space or the end; clauses start at one of [`CLAUSE_BREAKS`]. A
-/// segment that holds no word is dropped, so a message yields its requests one by one.
+/// Whether a comma (`,`, or the full-width, ideographic or Arabic one) comes next in `rest`
+/// before any letter or digit (past spaces and symbols: "thanks 🙏, pause the film").
+pub(crate) fn comma_follows(rest: &str) -> bool {
+    rest.chars()
+        .take(16)
+        .find(|&c| c.is_alphanumeric() || matches!(c, ',' | '，' | '、' | '،'))
+        .is_some_and(|c| !c.is_alphanumeric())
+}
+
+/// A line break: it ends a sentence.
+fn is_line_break(c: char) -> bool {
+    matches!(c, '\n' | '\r' | '\u{85}' | '\u{2028}' | '\u{2029}')
+}
+
+/// A mark that ends a sentence whatever follows it: the full stops and marks of scripts
+/// written without a space after them, and the ellipsis written as one character.
+fn is_stop_without_space(c: char) -> bool {
+    matches!(c, '。' | '｡' | '！' | '？' | '；' | '…' | '؟')
+}
+
+/// A mark that ends a sentence when a space or the end follows it, past closing quotes and
+/// brackets (`Say "reboot the node." What is playing?`).
+fn is_stop(c: char) -> bool {
+    matches!(c, '.' | '!' | '?' | ';')
+}
+
+/// A closing quote or bracket, which may stand between a sentence's mark and the space.
+fn is_closer(c: char) -> bool {
+    matches!(c, '"' | '\'' | ')' | ']' | '”' | '’' | '»' | '」' | '』' | '）')
+}
+
+/// Whether the mark [`is_stop`] at the start of `rest` ends a sentence: past closers, a
+/// space (any Unicode white space) or the end.
+fn stop_ends_sentence(rest: &str) -> bool {
+    rest.chars()
+        .skip(1)
+        .find(|&c| !is_closer(c))
+        .is_none_or(char::is_whitespace)
+}
+
+/// Cuts a message into segments (byte ranges): sentences end at a line break, at `.`, `!`,
+/// `?`, `;` followed (past closing quotes and brackets) by a space or the end, and at the
+/// marks of scripts written without spaces (`。`, `！`, `？`, `；`, `…`, `؟`); clauses start at
+/// one of [`CLAUSE_BREAKS`]. A segment that holds no word is dropped, so a message yields
+/// its requests one by one.
 pub(crate) fn segments(message: &str) -> Vec<Range<usize>> {
     let mut out = Vec::new();
     let mut start = 0;
-    let bytes = message.as_bytes();
     let push = |range: Range<usize>, out: &mut Vec<Range<usize>>| {
         if message[range.clone()].chars().any(char::is_alphanumeric) {
             out.push(range);
@@ -450,12 +491,13 @@ pub(crate) fn segments(message: &str) -> Vec<Range<usize>> {
     };
     // Sentences first.
     let mut sentences = Vec::new();
-    for (i, &b) in bytes.iter().enumerate() {
-        let end_mark = matches!(b, b'.' | b'!' | b'?' | b';' | b'\n');
-        let followed_by_space = bytes.get(i + 1).is_none_or(|n| n.is_ascii_whitespace());
-        if end_mark && (b == b'\n' || followed_by_space) {
-            push(start..i + 1, &mut sentences);
-            start = i + 1;
+    for (i, c) in message.char_indices() {
+        let ends =
+            is_line_break(c) || is_stop_without_space(c) || (is_stop(c) && stop_ends_sentence(&message[i..]));
+        if ends {
+            let end = i + c.len_utf8();
+            push(start..end, &mut sentences);
+            start = end;
         }
     }
     push(start..message.len(), &mut sentences);
@@ -557,7 +599,8 @@ impl Segmented {
     /// two letters and across one `'`, `.`, `,` or `;` between two digits (WB5-WB13b; the
     /// rules unicode-segmentation's own ASCII path implements). A sentence or clause cut
     /// never falls inside such a run nor next to a joining mark (a sentence mark is followed
-    /// by a space or a line break, a clause starts at a word), so the words of a segment are
+    /// by a space, a line break or a closing quote or bracket, a clause starts at a word), so
+    /// the words of a segment are
     /// the message's words inside it, and one pass yields what cutting first and splitting
     /// each segment yields. A word's parts between underscores are its words, as in
     /// [`for_each_word`].
@@ -608,9 +651,8 @@ impl Segmented {
                 }
                 continue;
             }
-            if matches!(b, b'.' | b'!' | b'?' | b';' | b'\n')
-                && (b == b'\n' || bytes.get(i + 1).is_none_or(u8::is_ascii_whitespace))
-            {
+            // As [`segments`] ends a sentence (an ASCII message holds no other marks).
+            if matches!(b, b'\n' | b'\r') || (is_stop(b as char) && stop_ends_sentence(&message[i..])) {
                 self.close_segment(first);
                 first = self.words.len();
             }
@@ -766,6 +808,7 @@ mod tests {
         "and and and. Then then\n\nalso plus afterwards finally",
         "first line\nsecond line\r\nthird\tline\x0bfourth\x0cfifth",
         "x.\ny!\tz?  w;\u{20}v",
+        "Say \"stop.\" Then (go!) and 'wait.' [done.]\x0bnext.\rlast",
         "AND the ANDROID handles Andes; Thence also-ran",
         "hello world's end's",
         "trailing joiners: a. a' a: 1, 1; 1. 1'",
@@ -795,7 +838,7 @@ mod tests {
             pieces in proptest::collection::vec(
                 proptest::sample::select(&[
                     "a", "Z", "ab", "1", "42", "_", "'", ".", ":", ",", ";", "!", "?", " ", "  ",
-                    "\n", "\r", "\t", "-", "/", "\"", "and", "AND", "then", "Also", "plus",
+                    "\n", "\r", "\t", "\x0b", "-", "/", "\"", ")", "]", "and", "AND", "then", "Also", "plus",
                     "finally", "afterwards", "'s", "'S", "s", "x1", "3.5", "e.g", "@", "#",
                 ][..]),
                 0..40,
@@ -827,6 +870,33 @@ mod tests {
             ),
             ("", &[]),
             ("?!", &[]),
+            // Past closing quotes and brackets; any white space after the mark.
+            (
+                "Say \"reboot the node.\" What is playing?",
+                &["Say \"reboot the node.", "\" What is playing?"],
+            ),
+            ("(reboot it.) Play", &["(reboot it.", ") Play"]),
+            ("reboot.\u{a0}play", &["reboot.", "\u{a0}play"]),
+            // Every line break; marks written without a space after them.
+            ("reboot\rplay", &["reboot\r", "play"]),
+            (
+                "reboot\u{2028}play\u{85}pause",
+                &["reboot\u{2028}", "play\u{85}", "pause"],
+            ),
+            (
+                "reboot the node\u{3002}what is playing",
+                &["reboot the node\u{3002}", "what is playing"],
+            ),
+            (
+                "pause\u{ff01}play\u{ff1f}stop\u{ff1b}go",
+                &["pause\u{ff01}", "play\u{ff1f}", "stop\u{ff1b}", "go"],
+            ),
+            ("reboot\u{2026} what", &["reboot\u{2026}", " what"]),
+            // Not inside a number, an abbreviation or an address.
+            (
+                "Set 3.5 e.g. example.com/a.b now",
+                &["Set 3.5 e.g.", " example.com/a.b now"],
+            ),
         ];
         for (message, want) in cases {
             let got: Vec<&str> = segments(message).into_iter().map(|r| &message[r]).collect();

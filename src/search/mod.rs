@@ -598,7 +598,7 @@ impl SearchIndex {
                 }
                 Err(true) if analysis::is_courtesy(word) => {
                     courtesy = true;
-                    if message.is_some_and(|m| m[span.end..].trim_start().starts_with(',')) {
+                    if message.is_some_and(|m| analysis::comma_follows(&m[span.end..])) {
                         end_clause(out, pairs, courtesy, said);
                         (courtesy, said, previous) = (false, 0, None);
                     }

@@ -156,6 +156,9 @@ async fn small_talk_has_no_search_hit_and_leaves_nothing_sticky() {
         "thanks, what is playing?",
         "hi, what is playing",
         "thanks, pause",
+        // A full-width comma, and a symbol before the comma.
+        "thanks\u{ff0c}pause",
+        "thanks \u{1f64f}, pause",
     ] {
         let r = app.route(message, "").await;
         assert!(
