@@ -1144,13 +1144,13 @@ impl State {
     /// `DomainRefused` listing every problem; `DomainFromManifestsExists` for a name the
     /// manifests define; a database fault; an automaton too large.
     pub async fn upsert_domain(&self, manifest_json: &str) -> Result<Upserted> {
-        let (state, text) = (self.clone(), manifest_json.to_string());
-        to_the_end(async move { state.upsert_domain_now(&text).await }).await
+        let (state, manifest_json) = (self.clone(), Arc::<str>::from(manifest_json));
+        to_the_end(async move { state.upsert_domain_now(manifest_json).await }).await
     }
 
     /// [`State::upsert_domain`], cut short if its caller goes.
-    async fn upsert_domain_now(&self, manifest_json: &str) -> Result<Upserted> {
-        let text = manifest_json.to_string();
+    async fn upsert_domain_now(&self, manifest_json: Arc<str>) -> Result<Upserted> {
+        let text = manifest_json.clone();
         let domain = blocking(move || manifest::parse_native(&text, upsert_source))
             .await?
             .map_err(|e| Error::DomainRefused(ManifestErrors(e)))?;
@@ -1168,7 +1168,7 @@ impl State {
         let created = self
             .inner
             .db
-            .upsert_domain(&domain.name, manifest_json, crate::conversations::now_ms())
+            .upsert_domain(&domain.name, &manifest_json, crate::conversations::now_ms())
             .await?;
         self.install(&parts);
         let upserted = Upserted {

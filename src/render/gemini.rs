@@ -97,10 +97,10 @@ fn owner(field: &str) -> Option<&'static str> {
 /// (`enum` on an integer): the value keeps its own type.
 ///
 /// A field copied into more than one branch is charged to `budget` (what the reduction may
-/// still inline, see [`INLINE_BUDGET_FACTOR`]) for every copy past the first: unions nested
-/// in unions would otherwise double the schema at every level. A field the budget cannot
-/// pay for is dropped.
-fn fit_to_type(out: &mut Map<String, Value>, budget: &Cell<usize>) {
+/// still inline, see [`INLINE_BUDGET_FACTOR`]) for every copy past the first, through
+/// `charge` (false: over budget): unions nested in unions would otherwise double the schema
+/// at every level. A field the budget cannot pay for is dropped.
+fn fit_to_type(out: &mut Map<String, Value>, charge: impl Fn(usize) -> bool) {
     if !out.contains_key("type") && !out.contains_key("anyOf") {
         let implied = TYPED
             .iter()
@@ -129,11 +129,9 @@ fn fit_to_type(out: &mut Map<String, Value>, budget: &Cell<usize>) {
                 .filter_map(Value::as_object_mut)
                 .filter(|b| b.get("type").and_then(Value::as_str) == owner)
                 .collect();
-            let copies = size(&value) * takers.len().saturating_sub(1);
-            if copies > budget.get() {
+            if !charge(size(&value) * takers.len().saturating_sub(1)) {
                 continue;
             }
-            budget.set(budget.get() - copies);
             for branch in &mut takers {
                 // Both the node's field and the branch's own apply: they join.
                 join(branch, field.clone(), value.clone());
@@ -252,6 +250,13 @@ impl<'a> Reducer<'a> {
         }
     }
 
+    /// Takes `cost` from what the reduction may still inline ([`INLINE_BUDGET_FACTOR`]);
+    /// false, taking nothing, when that is less.
+    fn charge(&self, cost: usize) -> bool {
+        let total = self.inlined.get() + cost;
+        (total <= self.budget).then(|| self.inlined.set(total)).is_some()
+    }
+
     /// The schema a local reference names (`#/$defs/X`, `#/definitions/X`, or any other
     /// JSON pointer into the root). The reference is a URI fragment, so its
     /// percent-encoded characters are decoded first (`#/$defs/c%20d` names `c d`).
@@ -287,11 +292,9 @@ impl<'a> Reducer<'a> {
             }
             self.expansions.set(self.expansions.get() + 1);
             let target = self.resolve(reference)?;
-            let cost = size(target);
-            if self.inlined.get() + cost > self.budget {
+            if !self.charge(size(target)) {
                 return None;
             }
-            self.inlined.set(self.inlined.get() + cost);
             let target = target.as_object()?;
             // The target's keywords, then the referring node's own (2020-12 applies both):
             // the node's own words, like its description, win; its properties join the
@@ -499,9 +502,7 @@ impl<'a> Reducer<'a> {
         {
             out.remove("format");
         }
-        let left = Cell::new(self.budget.saturating_sub(self.inlined.get()));
-        fit_to_type(&mut out, &left);
-        self.inlined.set(self.budget - left.get());
+        fit_to_type(&mut out, |cost| self.charge(cost));
         // A union's branches made from a list of types are checked only now, with the fields
         // of their type moved in: one the API refuses goes, and a single one left is the node.
         if let Some(Value::Array(branches)) = out.get_mut("anyOf") {
