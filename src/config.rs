@@ -280,7 +280,8 @@ impl Config {
     }
 
     /// [`Config::to_toml`] as a caller bound to `profile` may see it (SPEC §10: what is
-    /// outside its profile is invisible to it): of the profiles, only its own.
+    /// outside its profile is invisible to it): of the profiles, only its own, without its
+    /// deny patterns (they name what it must not see); nothing of the other tokens.
     pub(crate) fn to_toml_for(&self, profile: Option<&str>) -> String {
         let database = crate::db::redact_url(&self.database);
         let redacted = database != self.database;
@@ -290,6 +291,10 @@ impl Config {
         };
         if let Some(p) = profile {
             shown.profiles.retain(|name, _| name == p);
+            for own in shown.profiles.values_mut() {
+                own.deny_domains.clear();
+                own.deny_tools.clear();
+            }
         }
         // Every field is a string, number, bool, list or absent option, all of which TOML
         // holds; only a path that is not UTF-8 cannot be written, and then the text says so.
@@ -298,7 +303,7 @@ impl Config {
         if self.auth_token.is_some() {
             out.push_str("# auth_token is set (not printed)\n");
         }
-        if !self.tokens.is_empty() {
+        if !self.tokens.is_empty() && profile.is_none() {
             out.push_str(&format!(
                 "# {} auth token(s) bound to profiles (not printed)\n",
                 self.tokens.len()
@@ -307,11 +312,10 @@ impl Config {
         if redacted {
             out.push_str("# database credentials are set (not printed)\n");
         }
-        if let Some(p) = profile
-            && self.profiles.len() > 1
-        {
+        if let Some(p) = profile {
+            // The same words whatever there is to leave out, so they tell nothing of it.
             out.push_str(&format!(
-                "# profiles other than '{p}' are not shown to a token bound to it\n"
+                "# as a token bound to profile '{p}' sees it: other profiles, deny patterns and tokens are not shown\n"
             ));
         }
         // Printed with `println!`-style line ends by its callers.

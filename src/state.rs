@@ -777,7 +777,7 @@ impl State {
     /// # Errors
     /// `UnknownProfile`, or `ProfileNotAllowed` when the token is bound to another one.
     pub fn profile(&self, named: &str, bound: Option<&str>) -> Result<Option<ProfileId>> {
-        let name = match (named.trim(), bound) {
+        let name = match (named, bound) {
             ("", None) => return Ok(None),
             ("", Some(b)) => b,
             (n, Some(b)) if n != b => {

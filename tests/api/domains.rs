@@ -501,7 +501,13 @@ async fn watchers_hear_of_each_upsert_and_delete_and_profiles_apply_to_run_time_
 async fn a_token_bound_to_a_profile_cannot_change_the_registry_and_the_daemons_token_can() {
     let app = TestApp::builder()
         .config(|c| {
-            c.profiles.insert("media".into(), ProfileConfig::default());
+            c.profiles.insert(
+                "media".into(),
+                ProfileConfig {
+                    deny_domains: vec!["vault_secret".into()],
+                    ..ProfileConfig::default()
+                },
+            );
             c.profiles.insert(
                 "ops".into(),
                 ProfileConfig {
@@ -569,17 +575,26 @@ async fn a_token_bound_to_a_profile_cannot_change_the_registry_and_the_daemons_t
     };
     let seen = described(&mut media).await;
     assert!(seen.contains("[profiles.media]"), "{seen}");
+    // Nor its own deny patterns (they name what it cannot see), nor how many tokens there are.
     assert!(
-        !seen.contains("[profiles.ops]") && !seen.contains("docker_prune_images"),
+        !seen.contains("[profiles.ops]")
+            && !seen.contains("docker_prune_images")
+            && !seen.contains("vault_secret")
+            && !seen.contains("auth token(s)"),
         "{seen}"
     );
     assert!(
-        seen.contains("profiles other than 'media' are not shown"),
+        seen.contains(
+            "# as a token bound to profile 'media' sees it: other profiles, deny patterns and tokens are not shown"
+        ),
         "{seen}"
     );
     let all = described(&mut admin).await;
     assert!(
-        all.contains("[profiles.ops]") && all.contains("docker_prune_images"),
+        all.contains("[profiles.ops]")
+            && all.contains("docker_prune_images")
+            && all.contains("deny_domains = [\"vault_secret\"]")
+            && all.contains("# 2 auth token(s) bound to profiles (not printed)"),
         "{all}"
     );
     // Its counts are what the profile sees, whatever the settings (as `ListAllTools`).

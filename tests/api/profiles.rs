@@ -279,6 +279,22 @@ async fn an_unknown_profile_is_invalid_in_every_rpc() {
         "CheckToolCall",
     );
     check(app.watch("nope").await.map(drop), "WatchRegistry");
+    // A name is matched as sent, like a group's: padding is not trimmed into another
+    // profile's name, and white space alone is not "no profile".
+    for (named, shown) in [
+        (" ops", " ops"),
+        ("ops\t", "ops\\t"),
+        (" ", " "),
+        ("\u{85}", "\\u{85}"),
+    ] {
+        let err = app.route_with(route_as("hi", "", named)).await.unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument, "{named:?}");
+        assert_eq!(
+            err.message(),
+            format!("Unknown profile '{shown}'. Profiles: mcp-media, ops."),
+            "{named:?}"
+        );
+    }
 }
 
 #[tokio::test]
