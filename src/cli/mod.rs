@@ -203,8 +203,9 @@ pub enum Command {
         client: ClientArgs,
     },
     /// Validate manifest folders offline; exits 2 on any error. Warnings (a tool without a
-    /// tier, a description over 1,024 characters, a schema with `anyOf`-like keywords at its
-    /// top level, a folder without manifests, a skipped file) are printed and do not fail.
+    /// tier, a description over 1,024 characters, a schema with `anyOf`-like keywords or a
+    /// property name Anthropic refuses at its top level, a folder without manifests, a skipped
+    /// file) are printed and do not fail.
     Check {
         /// Folders of `*.json` / `*.toml` manifests.
         #[arg(required = true)]

@@ -282,8 +282,14 @@ impl Registry {
             };
             // Files, and anything else named like a manifest but a folder (a link to nowhere
             // is read, and fails naming itself, rather than leave its domain out unsaid).
+            // Hidden files are not read, as a shell's `*.json` leaves them out: editors keep
+            // locks and copies there (`.#a.json`, `.a.json.swp`, macOS's `._a.json`).
             let mut files: Vec<PathBuf> = entries
                 .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| {
+                    !p.file_name()
+                        .is_some_and(|n| n.as_encoded_bytes().starts_with(b"."))
+                })
                 .filter(|p| p.is_file() || (manifest::Format::of(p).is_some() && !p.is_dir()))
                 .collect();
             files.sort();
@@ -331,9 +337,10 @@ impl Registry {
     /// What the registry's manifests should fix but that does not stop them loading: a tool
     /// without a tier (it counts as destructive), a description over
     /// [`MAX_DESCRIPTION_CHARS`] characters (the limit some LLM APIs put on it), an input
-    /// schema with `anyOf`, `oneOf`, `allOf`, `not` or `enum` at its top level (OpenAI and
-    /// Anthropic refuse it; SPEC §9 keeps schemas as written), and a domain with keywords but
-    /// no tools (its hit turns the fallback off and brings no tool).
+    /// schema with `anyOf`, `oneOf`, `allOf`, `not` or `enum` at its top level, or a property
+    /// name Anthropic refuses (providers refuse such a schema; SPEC §9 keeps schemas as
+    /// written), and a domain with keywords but no tools (its hit turns the fallback off and
+    /// brings no tool).
     pub fn warnings(&self) -> Vec<ManifestError> {
         let mut out = Vec::new();
         for d in &self.domains {
@@ -367,6 +374,16 @@ impl Registry {
                     ));
                 }
                 out.extend(long(&format!("tool `{}`", t.name), &t.description));
+                if let Some(key) = anthropic_refused_property(&t.input_schema_json) {
+                    out.push(warning(
+                        d.source.clone(),
+                        format!(
+                            "tool `{}`'s input schema has a property named `{}`: Anthropic refuses a property name outside `a-z A-Z 0-9 _ . -` or over 64 characters, and the whole request that carries it (rename it)",
+                            t.name,
+                            crate::error::echo(&key)
+                        ),
+                    ));
+                }
                 if let Some(key) = top_level_combinator(&t.input_schema_json) {
                     out.push(warning(
                         d.source.clone(),
@@ -598,6 +615,19 @@ fn top_level_combinator(schema_json: &str) -> Option<&'static str> {
     let schema: serde_json::Value = serde_json::from_str(schema_json).ok()?;
     let top = schema.as_object()?;
     REFUSED.into_iter().find(|k| top.contains_key(*k))
+}
+
+/// The first of a schema's top-level property names that Anthropic refuses: each must match
+/// `^[a-zA-Z0-9_.-]{1,64}$` ("Property keys should match pattern ...").
+fn anthropic_refused_property(schema_json: &str) -> Option<String> {
+    let schema: serde_json::Value = serde_json::from_str(schema_json).ok()?;
+    let properties = schema.get("properties")?.as_object()?;
+    let accepted = |k: &str| {
+        (1..=64).contains(&k.len())
+            && k.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+    };
+    properties.keys().find(|k| !accepted(k)).cloned()
 }
 
 fn warning(path: String, message: String) -> ManifestError {

@@ -57,7 +57,10 @@ fn check_warns_about_missing_tiers_long_descriptions_top_level_unions_hollow_dom
                       "input_schema": {{"type": "object", "properties": {{"id": {{"type": "string"}}}},
                                         "oneOf": [{{"required": ["id"]}}]}}}},
                     {{"name": "nested", "description": "d", "tier": "read",
-                      "input_schema": {{"type": "object", "properties": {{"v": {{"anyOf": [{{"type": "string"}}]}}}}}}}}]}}"#,
+                      "input_schema": {{"type": "object", "properties": {{"v": {{"anyOf": [{{"type": "string"}}]}},
+                                        "a.b-c_9": {{"type": "object", "properties": {{"deep key": {{}}}}}}}}}}}},
+                    {{"name": "bracketed", "description": "d", "tier": "read",
+                      "input_schema": {{"type": "object", "properties": {{"ok": {{}}, "filter[tag]": {{}}}}}}}}]}}"#,
             "y".repeat(MAX_DESCRIPTION_CHARS)
         ),
     )
@@ -72,7 +75,7 @@ fn check_warns_about_missing_tiers_long_descriptions_top_level_unions_hollow_dom
     std::fs::write(full.join("b.yaml"), "name: b").unwrap();
     let (registry, warnings) = Registry::check_dirs(&[full.clone(), empty.clone()]);
     let registry = registry.expect("warnings do not fail the load");
-    assert_eq!(registry.tool_count(), 5);
+    assert_eq!(registry.tool_count(), 6);
     let shown: Vec<String> = warnings.iter().map(ToString::to_string).collect();
     let expect = [
         (
@@ -91,6 +94,10 @@ fn check_warns_about_missing_tiers_long_descriptions_top_level_unions_hollow_dom
             "tool `either`'s input schema has `oneOf` at its top level: OpenAI and Anthropic refuse",
         ),
         (
+            full.join("a.json"),
+            "tool `bracketed`'s input schema has a property named `filter[tag]`: Anthropic refuses",
+        ),
+        (
             full.join("hollow.json"),
             "domain `hollow` has keywords but no tools: a message that hits them gets no fallback",
         ),
@@ -105,6 +112,23 @@ fn check_warns_about_missing_tiers_long_descriptions_top_level_unions_hollow_dom
             "expected a warning on {path} containing {text:?}: {shown:#?}"
         );
     }
+}
+
+/// An editor's lock, swap or copy beside a manifest is not a manifest: a restart while one is
+/// open for editing loads what the folder's manifests say.
+#[cfg(unix)]
+#[test]
+fn hidden_files_are_not_read_as_manifests() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = r#"{"name": "a", "tools": [{"name": "t", "description": "d", "tier": "read"}]}"#;
+    std::fs::write(dir.path().join("a.json"), a).unwrap();
+    std::fs::write(dir.path().join(".a.json"), a).unwrap();
+    std::fs::write(dir.path().join("._a.json"), [0u8, 5, 22, 7, 0xff]).unwrap();
+    std::os::unix::fs::symlink("user@host.1234:1700000000", dir.path().join(".#a.json")).unwrap();
+    let (registry, warnings) = Registry::check_dirs(&[dir.path().to_path_buf()]);
+    let registry = registry.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(registry.domains().len(), 1);
+    assert!(warnings.is_empty(), "{warnings:?}");
 }
 
 /// A manifest that is a link to nowhere fails the load naming it, instead of its domain
@@ -276,4 +300,40 @@ fn composing_what_fits_keeps_everything_and_the_version_ignores_where_domains_ca
     .unwrap();
     assert_eq!(registry.version(), relabelled.version());
     assert_eq!(registry.into_domains().len(), 2);
+}
+
+#[test]
+fn property_names_anthropic_refuses_are_found_at_the_top_level_only() {
+    let cases: &[(&str, Option<&str>)] = &[
+        (r#"{"type":"object"}"#, None),
+        (r#"{"type":"object","properties":{"a.b-c_9":{}}}"#, None),
+        (
+            &format!(
+                r#"{{"type":"object","properties":{{"{}":{{}}}}}}"#,
+                "k".repeat(64)
+            ),
+            None,
+        ),
+        (
+            r#"{"type":"object","properties":{"o":{"properties":{"a b":{}}}}}"#,
+            None,
+        ),
+        (
+            r#"{"type":"object","properties":{"ok":{},"a b":{}}}"#,
+            Some("a b"),
+        ),
+        (r#"{"type":"object","properties":{"":{}}}"#, Some("")),
+        (r#"{"type":"object","properties":{"ключ":{}}}"#, Some("ключ")),
+        (r#"{"type":"object","properties":{"cwd?":{}}}"#, Some("cwd?")),
+    ];
+    for (schema, refused) in cases {
+        assert_eq!(
+            anthropic_refused_property(schema).as_deref(),
+            *refused,
+            "{schema}"
+        );
+    }
+    let long = "k".repeat(65);
+    let schema = format!(r#"{{"type":"object","properties":{{"{long}":{{}}}}}}"#);
+    assert_eq!(anthropic_refused_property(&schema), Some(long));
 }

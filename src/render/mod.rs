@@ -104,13 +104,13 @@ fn render_into(out: &mut Vec<u8>, tool: &Tool, format: Format) {
         Format::OpenAiChat => {
             name_and_description(out, br#"{"type":"function","function":{"name":"#, tool);
             out.extend_from_slice(br#","parameters":"#);
-            out.extend_from_slice(schema);
+            push_openai_parameters(out, &tool.input_schema_json);
             out.extend_from_slice(b"}}");
         }
         Format::OpenAiResponses => {
             name_and_description(out, br#"{"type":"function","name":"#, tool);
             out.extend_from_slice(br#","parameters":"#);
-            out.extend_from_slice(schema);
+            push_openai_parameters(out, &tool.input_schema_json);
             out.extend_from_slice(br#","strict":false}"#);
         }
         Format::Anthropic => {
@@ -148,6 +148,29 @@ fn render_into(out: &mut Vec<u8>, tool: &Tool, format: Format) {
             }
             out.push(b'}');
         }
+    }
+}
+
+/// Appends a tool's schema as OpenAI takes it: verbatim, with an empty `properties` where its
+/// top level has none. OpenAI refuses an object schema without `properties` ("object schema
+/// missing properties"), strict mode or not, and the whole request with it; an empty one
+/// constrains nothing, so the schema means what it meant.
+fn push_openai_parameters(out: &mut Vec<u8>, schema: &str) {
+    let has_properties = schema.contains(r#""properties""#)
+        && serde_json::from_str::<Value>(schema)
+            .ok()
+            .and_then(|v| v.as_object().map(|o| o.contains_key("properties")))
+            // A registry schema is an object (checked at load); anything else is sent as is.
+            .unwrap_or(true);
+    match schema.strip_suffix('}') {
+        Some(open) if !has_properties => {
+            out.extend_from_slice(open.as_bytes());
+            if open.trim_end() != "{" {
+                out.push(b',');
+            }
+            out.extend_from_slice(br#""properties":{}}"#);
+        }
+        _ => out.extend_from_slice(schema.as_bytes()),
     }
 }
 

@@ -166,6 +166,63 @@ fn mcp_annotations_follow_the_tier_and_an_unspecified_tier_has_none() {
 }
 
 #[test]
+fn openai_formats_give_a_schema_without_properties_an_empty_one_and_the_others_keep_it_verbatim() {
+    // (manifest schema, what both OpenAI formats send)
+    let cases = [
+        (r#"{"type":"object"}"#, r#"{"type":"object","properties":{}}"#),
+        (
+            r#"{"type":"object","required":[]}"#,
+            r#"{"type":"object","required":[],"properties":{}}"#,
+        ),
+        // `properties` below the top level is not the top level's.
+        (
+            r#"{"type":"object","$defs":{"d":{"type":"object","properties":{"a":{}}}}}"#,
+            r#"{"type":"object","$defs":{"d":{"type":"object","properties":{"a":{}}}},"properties":{}}"#,
+        ),
+        (
+            r#"{"type":"object","description":"has \"properties\" in words"}"#,
+            r#"{"type":"object","description":"has \"properties\" in words","properties":{}}"#,
+        ),
+        (
+            r#"{"type":"object","properties":{}}"#,
+            r#"{"type":"object","properties":{}}"#,
+        ),
+        (
+            r#"{"properties":{"a":{"type":"string"}},"type":"object"}"#,
+            r#"{"properties":{"a":{"type":"string"}},"type":"object"}"#,
+        ),
+    ];
+    for (schema, openai) in cases {
+        let tool = Tool {
+            name: "t".into(),
+            description: "d".into(),
+            input_schema_json: schema.into(),
+            tier: Tier::Read,
+        };
+        let chat = parse(&render(&tool, Format::OpenAiChat));
+        assert_eq!(
+            chat["function"]["parameters"],
+            parse(openai.as_bytes()),
+            "{schema}"
+        );
+        let text = String::from_utf8(render(&tool, Format::OpenAiResponses)).unwrap();
+        assert!(
+            text.contains(&format!(r#""parameters":{openai},"#)),
+            "{schema}: {text}"
+        );
+        assert_eq!(
+            parse(&render(&tool, Format::Anthropic))["input_schema"],
+            parse(schema.as_bytes())
+        );
+        let mcp = String::from_utf8(render(&tool, Format::Mcp)).unwrap();
+        assert!(
+            mcp.contains(&format!(r#""inputSchema":{schema}"#)),
+            "{schema}: {mcp}"
+        );
+    }
+}
+
+#[test]
 fn schema_numbers_are_kept_as_the_manifest_wrote_them() {
     let registry = Registry::from_sources([(
         "n.json",

@@ -150,6 +150,14 @@ pub fn parse_native(
         errors
     })?;
     let path = source(value.get("name").and_then(Value::as_str));
+    // Text that reads as JSON names the domain in every problem, its duplicate keys too.
+    let found = found
+        .into_iter()
+        .map(|e| ManifestError {
+            path: path.clone(),
+            ..e
+        })
+        .collect();
     match value {
         Value::Object(_) => with_found(found, validate(&path, value, Format::Json)),
         Value::Array(_) => Err(vec![err(
@@ -650,6 +658,9 @@ impl Validator<'_> {
         // `properties` does not define.
         let meta = jsonschema::draft202012::meta::validator();
         let mut fine = true;
+        // The meta-schema can find one problem along several of its own paths: each is told
+        // once.
+        let mut told = std::collections::HashSet::new();
         for e in meta.iter_errors(schema) {
             fine = false;
             let at = e.instance_path().to_string();
@@ -658,10 +669,13 @@ impl Validator<'_> {
             } else {
                 format!(" at {}", echo(&at))
             };
-            self.push(format!(
+            let problem = format!(
                 "{label}: `{field}` is not a valid JSON Schema (draft 2020-12){at}: {}",
                 echo(&e.to_string())
-            ));
+            );
+            if told.insert(problem.clone()) {
+                self.push(problem);
+            }
         }
         let mut missing = Vec::new();
         undefined_required(schema, "", true, &mut missing);

@@ -1363,6 +1363,17 @@ fn every_problem_of_one_schema_is_reported_each_where_it_is() {
             "{want:?} once in:\n{shown}"
         );
     }
+    // A problem the meta-schema reaches along several of its own paths is told once.
+    for schema in [
+        r#"{"type": "object", "$defs": {"a": 5}}"#,
+        r#"{"type": "object", "properties": {"a": {"items": 5}}}"#,
+    ] {
+        let text = format!(
+            r#"{{"name": "x", "tools": [{{"name": "t", "description": "d", "input_schema": {schema}}}]}}"#
+        );
+        let errors = load_errors(&[("once.json", &text)]);
+        assert_eq!(errors.len(), 1, "{schema}:\n{}", self::shown(&errors));
+    }
 }
 
 #[test]
@@ -1398,11 +1409,74 @@ fn a_required_name_that_the_schema_does_not_define_is_rejected() {
             &["`parameters` lists `dayz` in `required`"],
         ),
     ]);
-    // Properties may come from elsewhere where the schema composes them.
-    assert_accepted(&[(
-        "composed.json",
-        &native(r#"{"type": "object", "allOf": [{"properties": {"a": {}}}], "required": ["a"]}"#),
-    )]);
+    // A branch applies to the object its schema describes: what the object's schema and its
+    // other branches define counts, and what none of them defines is still refused.
+    assert_rejected(&[
+        (
+            "branch.json",
+            &native(
+                r#"{"type": "object", "properties": {"a": {}}, "oneOf": [{"required": ["a"]}, {"required": ["zz"]}]}"#,
+            ),
+            &["`input_schema` at /oneOf/1 lists `zz` in `required`"],
+        ),
+        (
+            "nested_branch.json",
+            &native(
+                r#"{"type": "object", "properties": {"o": {"type": "object", "properties": {"x": {}},
+                    "anyOf": [{"allOf": [{"required": ["x", "y"]}]}]}}}"#,
+            ),
+            &["`input_schema` at /properties/o/anyOf/0/allOf/0 lists `y` in `required`"],
+        ),
+    ]);
+    assert_accepted(&[
+        // Properties may come from elsewhere where the schema composes them.
+        (
+            "composed.json",
+            &native(r#"{"type": "object", "allOf": [{"properties": {"a": {}}}], "required": ["a"]}"#),
+        ),
+        (
+            "composed_and_listed.json",
+            &native(
+                r#"{"type": "object", "properties": {"a": {}}, "allOf": [{"properties": {"b": {}}}], "required": ["a", "b"]}"#,
+            ),
+        ),
+        (
+            "either_or.json",
+            &native(
+                r#"{"type": "object", "properties": {"target": {"type": "object",
+                    "properties": {"by": {"enum": ["name", "id"]}, "name": {"type": "string"}, "id": {"type": "integer"}},
+                    "oneOf": [{"properties": {"by": {"const": "name"}}, "required": ["by", "name"]},
+                              {"properties": {"by": {"const": "id"}}, "required": ["by", "id"]}]}},
+                    "required": ["target"]}"#,
+            ),
+        ),
+        (
+            "sibling.json",
+            &native(
+                r#"{"type": "object", "properties": {"x": {}}, "allOf": [{"properties": {"a": {}}}, {"properties": {"b": {}}, "required": ["a", "b"]}]}"#,
+            ),
+        ),
+        (
+            "conditional.json",
+            &native(
+                r#"{"type": "object", "properties": {"kind": {}, "url": {}},
+                    "if": {"properties": {"kind": {"const": "web"}}}, "then": {"required": ["url"]},
+                    "dependentSchemas": {"url": {"required": ["kind"]}}}"#,
+            ),
+        ),
+        (
+            "referenced.json",
+            &native(
+                r##"{"type": "object", "$defs": {"base": {"type": "object", "properties": {"id": {}}}},
+                    "$ref": "#/$defs/base", "properties": {"x": {}}, "required": ["id", "x"]}"##,
+            ),
+        ),
+        // `not` requiring a name forbids it: nothing need define it.
+        (
+            "forbidden.json",
+            &native(r#"{"type": "object", "properties": {"a": {}}, "not": {"required": ["legacy"]}}"#),
+        ),
+    ]);
 }
 
 #[test]
@@ -1657,9 +1731,10 @@ fn a_group_array_or_toml_without_a_file_is_refused_saying_what_is_accepted() {
         ("name = \"mine\"\n", "manifest_json", "malformed JSON"),
         ("\"mine\"", "manifest_json", "must be a JSON object"),
         ("{\"name\": \"mine\",", "manifest_json", "malformed JSON"),
+        // Text that reads as JSON names the domain, its duplicate keys too.
         (
             r#"{"name": "mine", "name": "mine"}"#,
-            "manifest_json",
+            "upsert:mine",
             "duplicate key `name`",
         ),
     ];
