@@ -362,7 +362,16 @@ impl Config {
     /// # Errors
     /// `Config` naming the setting and what to do.
     pub fn validate(&self) -> Result<()> {
-        crate::db::check_url(&self.database)?;
+        self.validate_serving()?;
+        self.validate_offline()
+    }
+
+    /// What a daemon needs to serve: tokens a client can send, a safe listening address, TLS
+    /// files in pairs, limits on connections.
+    ///
+    /// # Errors
+    /// `Config` naming the setting and what to do.
+    pub fn validate_serving(&self) -> Result<()> {
         if self.auth_token.as_deref().is_some_and(|t| t.trim().is_empty()) {
             return Err(Error::Config(
                 "the auth token is empty; give a token or leave it unset".into(),
@@ -401,7 +410,6 @@ impl Config {
                 )));
             }
         }
-        self.profiles()?;
         if !self.listen.ip().is_loopback() && !self.authenticates() && !self.allow_unauthenticated {
             return Err(Error::Config(format!(
                 "refusing to listen on {} (not loopback) without an auth token: set --auth-token \
@@ -431,6 +439,17 @@ impl Config {
                 self.max_concurrent_requests
             )));
         }
+        Ok(())
+    }
+
+    /// What routing, the database and the registry's options need, also when nothing is
+    /// served (`eval`): a shell set up for `serve` (its address, TLS files) does not stop it.
+    ///
+    /// # Errors
+    /// `Config` naming the setting and what to do.
+    pub fn validate_offline(&self) -> Result<()> {
+        crate::db::check_url(&self.database)?;
+        self.profiles()?;
         if self.max_message_bytes == 0 {
             return Err(Error::Config(
                 "max_message_bytes must be at least 1 (every message would be refused)".into(),

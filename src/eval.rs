@@ -105,8 +105,9 @@ pub struct Figures {
     pub registry_share: f64,
     /// Mean tools of exactly the labelled domains plus core.
     pub oracle_tools: f64,
-    /// `tools_sent / oracle_tools`.
-    pub cost_ratio: f64,
+    /// `tools_sent / oracle_tools`; `None` (JSON `null`) when the oracle sends no tool, where
+    /// no ratio says what was sent.
+    pub cost_ratio: Option<f64>,
     /// Share of answers that were a fallback.
     pub fallback_rate: f64,
     /// Domains in answers, by reason (`core`, `keyword`, `search`, `loaded`, `sticky`,
@@ -168,11 +169,7 @@ fn figures<'a>(outcomes: impl Iterator<Item = &'a Outcome>, registry_tools: usiz
     f.tools_sent = sent as f64 / n;
     f.registry_share = f.tools_sent / registry_tools.max(1) as f64;
     f.oracle_tools = oracle as f64 / n;
-    f.cost_ratio = if oracle == 0 {
-        0.0
-    } else {
-        sent as f64 / oracle as f64
-    };
+    f.cost_ratio = (oracle > 0).then(|| sent as f64 / oracle as f64);
     f.fallback_rate = fallback as f64 / n;
     f.us_per_query = micros / n;
     times.sort_by(f64::total_cmp);

@@ -35,7 +35,12 @@ pub(super) fn keywords(command: KeywordsCommand) -> Result<(), Failure> {
 }
 
 fn suggest_keywords(dirs: &[PathBuf], limit: usize, json: bool) -> Result<(), Failure> {
-    let registry = Registry::load_dirs(dirs)?;
+    // What `check` would warn of, said here too: a folder without manifests suggests nothing.
+    let (registry, warnings) = Registry::check_dirs(dirs);
+    for w in &warnings {
+        eprintln!("warning: {w}");
+    }
+    let registry = registry?;
     let index = crate::search::SearchIndex::new(&registry);
     let suggestions = index.suggest_keywords(&registry, limit);
     if json {

@@ -187,10 +187,18 @@ impl Connection {
         // a peer that accepted the connection but never speaks.
         match tokio::time::timeout(timeout, endpoint.connect()).await {
             Ok(Ok(channel)) => Ok(channel),
-            Ok(Err(e)) => Err(Error::Unavailable(format!(
-                "cannot reach the daemon at {addr}: {}",
-                root_cause(&e)
-            ))),
+            Ok(Err(e)) => {
+                let cause = root_cause(&e);
+                // A certificate the client does not trust: say how to make it trust it.
+                let hint = if cause.contains("invalid peer certificate") {
+                    " (pass --tls-ca with the CA certificate that signed the daemon's, PEM)"
+                } else {
+                    ""
+                };
+                Err(Error::Unavailable(format!(
+                    "cannot reach the daemon at {addr}: {cause}{hint}"
+                )))
+            }
             Err(_) => Err(Error::Unavailable(format!(
                 "no answer from {addr} within {} (connecting)",
                 humantime::format_duration(timeout)

@@ -27,7 +27,9 @@ pub struct EvalArgs {
 
 pub(super) fn eval(args: &EvalArgs) -> Result<(), Failure> {
     use crate::eval::Figures;
-    let config = args.serve.config()?;
+    // Nothing is served: the address, TLS files and tokens a shell set for `serve` do not
+    // stop a measurement.
+    let config = args.serve.offline_config()?;
     if args.serve.print_config {
         out!("{}", config.to_toml());
         return Ok(());
@@ -75,7 +77,12 @@ pub(super) fn eval(args: &EvalArgs) -> Result<(), Failure> {
         eprintln!(
             "warning: {} labelled domains are not in the registry (counted as misses): {}",
             report.unknown_domains.len(),
-            report.unknown_domains.join(", ")
+            report
+                .unknown_domains
+                .iter()
+                .map(|d| format!("{d:?}"))
+                .collect::<Vec<_>>()
+                .join(", ")
         );
     }
     if !args.json {
@@ -88,7 +95,7 @@ pub(super) fn eval(args: &EvalArgs) -> Result<(), Failure> {
                 format!("{:.1}", f.tools_sent),
                 format!("{:.1} %", f.registry_share * 100.0),
                 format!("{:.1}", f.oracle_tools),
-                format!("{:.2}x", f.cost_ratio),
+                f.cost_ratio.map_or_else(|| "n/a".into(), |c| format!("{c:.2}x")),
                 format!("{:.1} %", f.fallback_rate * 100.0),
                 format!("{:.1}", f.us_median),
             ]

@@ -288,7 +288,13 @@ impl From<Error> for Failure {
 
 impl From<tonic::Status> for Failure {
     fn from(s: tonic::Status) -> Self {
-        Failure::runtime(format!("{:?}: {}", s.code(), s.message()))
+        // The daemon says what it wants; the command line says how to give it.
+        let hint = if s.code() == tonic::Code::Unauthenticated {
+            " Pass --auth-token (or set TOOLROUTER_AUTH_TOKEN)."
+        } else {
+            ""
+        };
+        Failure::runtime(format!("{:?}: {}{hint}", s.code(), s.message()))
     }
 }
 

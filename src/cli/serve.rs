@@ -248,9 +248,20 @@ impl ServeArgs {
     /// # Errors
     /// An unreadable or invalid config file, or a configuration `Config::validate` refuses.
     pub fn config(&self) -> crate::Result<Config> {
+        let c = self.offline_config()?;
+        c.validate_serving()?;
+        Ok(c)
+    }
+
+    /// The effective configuration as [`ServeArgs::config`], checked only as far as a command
+    /// that serves nothing needs it (`Config::validate_offline`).
+    ///
+    /// # Errors
+    /// An unreadable or invalid config file, or a configuration that command cannot use.
+    pub fn offline_config(&self) -> crate::Result<Config> {
         let mut c = Config::load(self.config.as_deref())?;
         self.overlay(&mut c);
-        c.validate()?;
+        c.validate_offline()?;
         Ok(c)
     }
 }

@@ -52,9 +52,12 @@ pub(super) async fn settings(
     let addr = &conn.addr;
     let writes = !matches!(action, SettingsAction::List);
     // A value the daemon would ignore is refused before the daemon is asked or anything written.
-    if let SettingsAction::Set { key, value } = &action
-        && let Some(why) = crate::router::refused_setting(key, value)
-    {
+    let refused = match &action {
+        SettingsAction::Set { key, value } => crate::router::refused_setting(key, value),
+        SettingsAction::Unset { key } => crate::router::refused_setting(key, ""),
+        SettingsAction::List => None,
+    };
+    if let Some(why) = refused {
         return Err(Failure::config(format!("{why}; nothing written")));
     }
     // Which database the daemon at --addr uses, when one answers. A daemon that answers but
@@ -110,15 +113,19 @@ pub(super) async fn settings(
     crate::db::check_url(&database)?;
     let file = crate::db::database_file(&database)?;
     // What the daemon uses and what this would write, as each names it: a file by its
-    // absolute path, a server by its URL without credentials.
+    // absolute path, a server by its URL without credentials; and the daemon's as an argument
+    // to pass (quoted).
     let theirs = daemon.as_ref().and_then(|d| {
         if !d.database_path.is_empty() {
-            Some((d.database_path.clone(), format!("sqlite://{}", d.database_path)))
+            Some((
+                d.database_path.clone(),
+                format!("{:?}", format!("sqlite://{}", d.database_path)),
+            ))
         } else {
             daemon_postgres.map(|d| {
                 (
                     d.database.clone(),
-                    format!("{} (with its credentials)", d.database),
+                    format!("{:?} (with its credentials)", d.database),
                 )
             })
         }
@@ -140,19 +147,21 @@ pub(super) async fn settings(
         (Some((theirs, their_url)), Some(ours)) if !same(theirs, ours) => Some((theirs, their_url, ours)),
         _ => None,
     };
+    // Why the daemon is not told, when it is not: for the note on stderr and `--json`.
+    let mut untold = None;
     if let Some((theirs, their_url, ours)) = elsewhere {
-        let message = format!(
-            "the daemon at {addr} uses {theirs}, not {ours}: pass --database {their_url:?} to edit its settings{}",
-            if writes {
-                ", or --force to write the other database anyway"
-            } else {
-                ""
+        let edit = format!("the daemon at {addr} uses {theirs}, not {ours}");
+        let message = match (writes, opts.force) {
+            (true, false) => {
+                return Err(Failure::config(format!(
+                    "{edit}: pass --database {their_url} to edit its settings, or --force to write the other database anyway"
+                )));
             }
-        );
-        if writes && !opts.force {
-            return Err(Failure::config(message));
-        }
+            (true, true) => format!("{edit}: writing {ours} anyway (--force); the daemon is not told"),
+            (false, _) => format!("{edit}: pass --database {their_url} to list its settings"),
+        };
         eprintln!("note: {message}");
+        untold = Some(message);
     }
     if let Some(file) = &file
         && !file.exists()
@@ -199,8 +208,9 @@ pub(super) async fn settings(
         }
     };
     // A database the daemon does not use (written with --force): nothing to tell it.
-    if elsewhere.is_some() {
+    if let Some(why) = untold {
         if opts.json {
+            done["note"] = Value::String(why);
             print_json(&done);
         }
         return Ok(());

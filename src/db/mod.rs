@@ -95,6 +95,9 @@ pub struct Stored {
     pub domains: Vec<(String, String)>,
 }
 
+/// How an error that names a database server it could not reach begins.
+const CANNOT_CONNECT: &str = "cannot connect to the database server at";
+
 /// The settings and run-time domains of the database at `url`, read without changing it (no
 /// file created, no migration run): for measuring routing against a deployment (`eval`).
 ///
@@ -107,9 +110,12 @@ pub async fn read_stored_only(url: &str) -> Result<Stored> {
     } else {
         sqlite::stored_only(url).await
     })
-    // Named, since the driver's words ("pool timed out", "unable to open database file") do
-    // not say which database.
-    .map_err(|e| Error::Unavailable(format!("cannot read the settings of {}: {e}", redact_url(url))))?;
+    // Named, since the driver's words ("unable to open database file") do not say which
+    // database (a server that cannot be reached is named already).
+    .map_err(|e| match e {
+        Error::Unavailable(named) if named.starts_with(CANNOT_CONNECT) => Error::Unavailable(named),
+        e => Error::Unavailable(format!("cannot read the settings of {}: {e}", redact_url(url))),
+    })?;
     stored.ok_or_else(|| Error::Config(format!("the database {} has no settings table", redact_url(url))))
 }
 

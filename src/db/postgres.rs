@@ -144,42 +144,8 @@ impl Store {
                     }
                     Ok(true)
                 })
-            })
-            .connect_with(options.clone())
-            .await
-            .map_err(|e| match e {
-                sqlx::Error::PoolTimedOut => None,
-                e => Some(Error::from(e)),
             });
-        let pool = match pool {
-            Ok(pool) => pool,
-            Err(Some(e)) => return Err(e),
-            // The pool says only that no connection came in time; one more attempt says why
-            // (refused, no such host, authentication...).
-            Err(None) => {
-                use sqlx::Connection as _;
-                let why = match tokio::time::timeout(busy_timeout, sqlx::PgConnection::connect_with(&options))
-                    .await
-                {
-                    Ok(Err(e)) => e.to_string(),
-                    Ok(Ok(c)) => {
-                        let _ = c.close().await;
-                        format!(
-                            "no connection within the busy timeout ({})",
-                            humantime::format_duration(busy_timeout)
-                        )
-                    }
-                    Err(_) => format!(
-                        "no answer within the busy timeout ({})",
-                        humantime::format_duration(busy_timeout)
-                    ),
-                };
-                return Err(Error::Unavailable(format!(
-                    "cannot connect to the database server at {}: {why}",
-                    super::redact_url(url)
-                )));
-            }
-        };
+        let pool = open(pool, &options, url, busy_timeout).await?;
         sqlx::migrate!("migrations/postgres").run(&pool).await?;
         let listen_pool = PgPoolOptions::new()
             .max_connections(LISTEN_CONNECTIONS)
@@ -333,9 +299,8 @@ async fn subscribe(pool: &PgPool, channel: &str) -> sqlx::Result<PgListener> {
 pub(super) async fn stored_only(url: &str, busy_timeout: Duration) -> Result<Option<super::Stored>> {
     let pool = PgPoolOptions::new()
         .max_connections(1)
-        .acquire_timeout(busy_timeout)
-        .connect_with(connect_options(url)?)
-        .await?;
+        .acquire_timeout(busy_timeout);
+    let pool = open(pool, &connect_options(url)?, url, busy_timeout).await?;
     let (settings, domains): (bool, bool) =
         sqlx::query_as("SELECT to_regclass('settings') IS NOT NULL, to_regclass('domains') IS NOT NULL")
             .fetch_one(&pool)
@@ -354,6 +319,42 @@ pub(super) async fn stored_only(url: &str, busy_timeout: Duration) -> Result<Opt
     };
     pool.close().await;
     Ok(stored)
+}
+
+/// Opens `pool` on `options`. When no connection came within the busy timeout, one more
+/// attempt says why (refused, no such host, authentication...): the pool says only that none
+/// came.
+async fn open(
+    pool: PgPoolOptions,
+    options: &PgConnectOptions,
+    url: &str,
+    busy_timeout: Duration,
+) -> Result<PgPool> {
+    match pool.connect_with(options.clone()).await {
+        Ok(pool) => return Ok(pool),
+        Err(sqlx::Error::PoolTimedOut) => {}
+        Err(e) => return Err(Error::from(e)),
+    }
+    use sqlx::Connection as _;
+    let why = match tokio::time::timeout(busy_timeout, sqlx::PgConnection::connect_with(options)).await {
+        Ok(Err(e)) => e.to_string(),
+        Ok(Ok(c)) => {
+            let _ = c.close().await;
+            format!(
+                "no connection within the busy timeout ({})",
+                humantime::format_duration(busy_timeout)
+            )
+        }
+        Err(_) => format!(
+            "no answer within the busy timeout ({})",
+            humantime::format_duration(busy_timeout)
+        ),
+    };
+    Err(Error::Unavailable(format!(
+        "{} {}: {why}",
+        super::CANNOT_CONNECT,
+        super::redact_url(url)
+    )))
 }
 
 /// Every row, each value as text whatever the column's type (a table a settings UI created

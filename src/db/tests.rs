@@ -860,3 +860,25 @@ fn statement_spans_do_not_record_conversation_ids() {
     }
     assert!(!spans.iter().any(|s| s.contains("alice")), "{spans:?}");
 }
+
+#[tokio::test]
+async fn reading_settings_from_a_server_that_refuses_says_why() {
+    // A port that refuses: bound, then closed.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("postgres://u:pw@127.0.0.1:{port}/db");
+    let e = crate::db::postgres::stored_only(&url, Duration::from_millis(300))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains(&format!(
+            "cannot connect to the database server at postgres://127.0.0.1:{port}/db"
+        )) && e.contains("refused")
+            && !e.contains("pw"),
+        "{e}"
+    );
+}

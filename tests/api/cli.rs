@@ -252,6 +252,63 @@ async fn eval_reports_each_split_and_ends_with_one_json_line() {
     assert_eq!(report["overall"]["queries"], 3);
 }
 
+/// `eval` serves nothing: what a shell set for `serve` (a public address, half a TLS pair) does
+/// not stop it. A split whose labels name no tool has no cost ratio (not a free `0.00x`), and
+/// labels the registry lacks are named quoted, blank ones too.
+#[tokio::test]
+async fn eval_ignores_serving_settings_and_says_when_there_is_no_cost_ratio() {
+    let dir = temp_dir();
+    let (folder, queries) = eval_fixture(dir.path());
+    std::fs::write(
+        &queries,
+        concat!(
+            r#"{"query":"hello there","domains":[],"split":"none"}"#,
+            "\n",
+            r#"{"query":"hello there","domains":[" ","Media"],"split":"none"}"#,
+            "\n",
+            r#"{"query":"play a movie","domains":["media"],"split":"some"}"#,
+            "\n",
+        ),
+    )
+    .unwrap();
+    let args = [
+        "eval",
+        "--manifests",
+        folder.to_str().unwrap(),
+        "--queries",
+        queries.to_str().unwrap(),
+        "--search",
+        "off",
+    ];
+    let env = [
+        ("TOOLROUTER_LISTEN", "0.0.0.0:50051"),
+        ("TOOLROUTER_TLS_CERT", "/nowhere/cert.pem"),
+    ];
+    let out = run_with_env(dir.path(), &args, &env).await;
+    assert!(out.status.success(), "{}", shown(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let report: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(report["splits"]["none"]["oracle_tools"], 0.0, "{report}");
+    assert_eq!(report["splits"]["none"]["cost_ratio"], Value::Null, "{report}");
+    assert_eq!(report["splits"]["some"]["cost_ratio"], 1.0, "{report}");
+    let row = stdout.lines().find(|l| l.starts_with("none ")).unwrap();
+    assert!(row.contains("n/a") && !row.contains("0.00x"), "{stdout}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("2 labelled domains are not in the registry (counted as misses): \" \", \"Media\""),
+        "{}",
+        shown(&out)
+    );
+    // `serve` still refuses them.
+    let out = run_with_env(
+        dir.path(),
+        &["serve", "--manifests", folder.to_str().unwrap()],
+        &env,
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(2), "{}", shown(&out));
+}
+
 #[tokio::test]
 async fn eval_reads_the_settings_database_a_config_file_names_and_never_creates_one() {
     let dir = temp_dir();
@@ -566,4 +623,19 @@ async fn keywords_suggest_proposes_words_the_keywords_do_not_cover() {
         .collect();
     assert_eq!(terms.first(), Some(&"temperature"), "{terms:?}");
     assert!(!terms.contains(&"thermostat"), "already a keyword: {terms:?}");
+}
+
+#[tokio::test]
+async fn keywords_suggest_warns_of_a_folder_without_manifests() {
+    let dir = temp_dir();
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let out = run(dir.path(), &["keywords", "suggest", empty.to_str().unwrap()]).await;
+    assert!(out.status.success(), "{}", shown(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("warning: ")
+            && String::from_utf8_lossy(&out.stderr).contains("the folder holds no manifest"),
+        "{}",
+        shown(&out)
+    );
 }

@@ -312,9 +312,50 @@ async fn settings_writes_the_daemons_database_and_refuses_another_one() {
     .await;
     assert_eq!(out.status.code(), Some(0), "{}", shown(&out));
     assert!(other.exists());
-    // The daemon, which does not use that file, is not told (nor said to have re-read).
+    // The daemon, which does not use that file, is not told (nor said to have re-read), and
+    // the note says so rather than offer the --force just given.
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(stdout.trim(), "set k", "{}", shown(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("anyway (--force); the daemon is not told") && !stderr.contains("or --force"),
+        "{stderr}"
+    );
+    // With --json the note is in the answer too.
+    let out = run(
+        elsewhere.path(),
+        &[
+            "settings",
+            "--addr",
+            &addr,
+            "--database",
+            &other_url,
+            "--force",
+            "unset",
+            "k",
+            "--json",
+        ],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", shown(&out));
+    let v = json_of(&out);
+    assert_eq!(v["wasSet"], true, "{v}");
+    assert!(
+        v["note"]
+            .as_str()
+            .is_some_and(|n| n.contains("the daemon is not told")),
+        "{v}"
+    );
+    // A blank key is refused for unset as for set: no manifest can name it.
+    for key in ["", " "] {
+        let out = run(elsewhere.path(), &["settings", "--addr", &addr, "unset", key]).await;
+        assert_eq!(out.status.code(), Some(2), "{key:?}: {}", shown(&out));
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("empty or whitespace-only"),
+            "{}",
+            shown(&out)
+        );
+    }
 
     // `list --json` shows the daemon's settings.
     let out = run(elsewhere.path(), &["settings", "--addr", &addr, "list", "--json"]).await;

@@ -26,6 +26,18 @@ async fn with_a_token_every_call_but_health_needs_it() {
     );
     let err = app.list_groups().await.unwrap_err();
     assert_eq!(err.code(), Code::Unauthenticated);
+    // The CLI says how to give the token.
+    let out = run(
+        std::path::Path::new("."),
+        &["groups", "--addr", &format!("127.0.0.1:{}", app.addr.port())],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(1), "{}", shown(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("Pass --auth-token (or set TOOLROUTER_AUTH_TOKEN)."),
+        "{}",
+        shown(&out)
+    );
 
     let wrong = app.connection_with_token("s3cre7");
     let err = wrong
@@ -96,6 +108,7 @@ async fn with_tls_clients_that_trust_the_ca_are_served_and_plaintext_is_not() {
     let public = plain_connection(&format!("https://localhost:{}", app.addr.port()));
     let err = public.channel().await.unwrap_err().to_string();
     assert!(err.contains("certificate"), "{err}");
+    assert!(err.contains("pass --tls-ca"), "says how to trust it: {err}");
 
     // `host:port` with a CA means TLS; `http://` with one is a contradiction, said as such.
     let ca = tls.tls_ca.clone();
