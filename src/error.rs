@@ -185,28 +185,33 @@ pub enum Error {
     /// `UpsertDomain` names a domain of the manifests the daemon loads.
     #[error(
         "Domain '{}' comes from the manifests the daemon loads ({}), so it cannot be replaced at run time: \
-         change that manifest and reload, or register the domain under another name.",
+         {}, or register the domain under another name.",
         echo(name),
-        manifest
+        manifest,
+        if *demo { "it is built in (serve your own manifests with --manifests)" } else { "change that manifest and reload" }
     )]
     DomainFromManifestsExists {
         /// The domain.
         name: String,
         /// The manifest that defines it.
         manifest: String,
+        /// It is the built-in demo registry's: no file to change.
+        demo: bool,
     },
     /// `DeleteDomain` names a domain of the manifests the daemon loads.
     #[error(
-        "Domain '{}' comes from the manifests the daemon loads ({}), so it cannot be deleted at run time: \
-         remove that manifest and reload.",
+        "Domain '{}' comes from the manifests the daemon loads ({}), so it cannot be deleted at run time: {}.",
         echo(name),
-        manifest
+        manifest,
+        if *demo { "it is built in; serve your own manifests with --manifests" } else { "remove that manifest and reload" }
     )]
     DomainFromManifestsKept {
         /// The domain.
         name: String,
         /// The manifest that defines it.
         manifest: String,
+        /// It is the built-in demo registry's: no file to remove.
+        demo: bool,
     },
     /// `DeleteDomain` names no domain registered at run time.
     #[error(
@@ -585,6 +590,7 @@ mod tests {
                 Error::DomainFromManifestsExists {
                     name: "sonarr".into(),
                     manifest: "sonarr.json".into(),
+                    demo: false,
                 },
                 Code::AlreadyExists,
                 "Domain 'sonarr' comes from the manifests the daemon loads (sonarr.json), so it cannot be \
@@ -594,10 +600,32 @@ mod tests {
                 Error::DomainFromManifestsKept {
                     name: "sonarr".into(),
                     manifest: "sonarr.json".into(),
+                    demo: false,
                 },
                 Code::FailedPrecondition,
                 "Domain 'sonarr' comes from the manifests the daemon loads (sonarr.json), so it cannot be \
                  deleted at run time: remove that manifest and reload.",
+            ),
+            (
+                Error::DomainFromManifestsKept {
+                    name: "sonarr".into(),
+                    manifest: "sonarr.json".into(),
+                    demo: true,
+                },
+                Code::FailedPrecondition,
+                "Domain 'sonarr' comes from the manifests the daemon loads (sonarr.json), so it cannot be \
+                 deleted at run time: it is built in; serve your own manifests with --manifests.",
+            ),
+            (
+                Error::DomainFromManifestsExists {
+                    name: "sonarr".into(),
+                    manifest: "sonarr.json".into(),
+                    demo: true,
+                },
+                Code::AlreadyExists,
+                "Domain 'sonarr' comes from the manifests the daemon loads (sonarr.json), so it cannot be \
+                 replaced at run time: it is built in (serve your own manifests with --manifests), or register \
+                 the domain under another name.",
             ),
             (
                 Error::DomainNotFound {

@@ -1159,6 +1159,7 @@ impl State {
             return Err(Error::DomainFromManifestsExists {
                 name: domain.name,
                 manifest: d.source.clone(),
+                demo: self.inner.manifests.is_empty(),
             });
         }
         let mut domains = sources.without(&domain.name);
@@ -1200,6 +1201,7 @@ impl State {
             return Err(Error::DomainFromManifestsKept {
                 name: name.to_string(),
                 manifest: d.source.clone(),
+                demo: self.inner.manifests.is_empty(),
             });
         }
         // A stored domain left out of the registry (it did not fit) is deleted from the

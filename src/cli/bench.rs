@@ -61,6 +61,15 @@ pub enum BenchCommand {
         #[arg(long, value_enum, default_value = "full")]
         decode: Decode,
     },
+    /// Write the third-party eval sets as manifests and labelled queries: done by the
+    /// `toolrouter-bench` tool of this repository (it reads the sets' own files), which this
+    /// points to.
+    #[command(hide = true)]
+    Export {
+        /// Whatever `toolrouter-bench export` takes.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
 }
 
 /// How `Route` answers are read (`--decode`).
@@ -137,15 +146,27 @@ async fn route_counted(
 }
 
 pub(super) async fn bench(command: BenchCommand) -> Result<(), Failure> {
-    let BenchCommand::Grpc {
-        conn,
-        duration,
-        concurrency,
-        messages,
-        mix,
-        format,
-        decode,
-    } = command;
+    let (conn, duration, concurrency, messages, mix, format, decode) = match command {
+        BenchCommand::Grpc {
+            conn,
+            duration,
+            concurrency,
+            messages,
+            mix,
+            format,
+            decode,
+        } => (conn, duration, concurrency, messages, mix, format, decode),
+        BenchCommand::Export { args } => {
+            return Err(Failure::config(format!(
+                "export is done by the repository's toolrouter-bench tool: cargo run --release -p toolrouter-bench -- export {}",
+                if args.is_empty() {
+                    "seal|stb --out DIR".to_string()
+                } else {
+                    args.join(" ")
+                }
+            )));
+        }
+    };
     if concurrency == 0 {
         return Err(Failure::config("--concurrency must be at least 1"));
     }

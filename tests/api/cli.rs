@@ -639,3 +639,18 @@ async fn keywords_suggest_warns_of_a_folder_without_manifests() {
         shown(&out)
     );
 }
+
+/// SPEC §8 names `toolrouter bench export`: it says which tool does it, with the same words.
+#[tokio::test]
+async fn bench_export_points_to_the_tool_that_exports() {
+    let dir = temp_dir();
+    let out = run(dir.path(), &["bench", "export", "seal", "--out", "x"]).await;
+    assert_eq!(out.status.code(), Some(2), "{}", shown(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("cargo run --release -p toolrouter-bench -- export seal --out x"),
+        "{}",
+        shown(&out)
+    );
+    assert!(!dir.path().join("x").exists());
+}

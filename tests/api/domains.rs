@@ -197,8 +197,13 @@ async fn a_domain_the_manifests_define_cannot_be_replaced_or_deleted_at_run_time
     );
     let err = app.delete_domain("sonarr").await.unwrap_err();
     assert_eq!(err.code(), Code::FailedPrecondition);
+    // The demo's manifests are built in: there is no file to remove.
     assert!(
-        err.message().contains("'sonarr'") && err.message().contains("cannot be deleted"),
+        err.message().contains("'sonarr'")
+            && err.message().contains("cannot be deleted")
+            && err
+                .message()
+                .ends_with("it is built in; serve your own manifests with --manifests."),
         "{}",
         err.message()
     );
