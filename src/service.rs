@@ -70,8 +70,8 @@ impl ToolRouterService {
     }
 
     /// The profile a request names (empty: its auth token's, or none), checked.
-    fn profile<T>(&self, request: &Request<T>, named: &str) -> Result<Option<ProfileId>> {
-        let bound = request.extensions().get::<BoundProfile>();
+    fn profile(&self, extensions: &tonic::Extensions, named: &str) -> Result<Option<ProfileId>> {
+        let bound = extensions.get::<BoundProfile>();
         self.state.profile(named, bound.map(|b| &*b.0))
     }
 }
@@ -298,10 +298,11 @@ impl ToolRouter for ToolRouterService {
         &self,
         request: Request<proto::RouteRequest>,
     ) -> Result<Response<wire::RouteResponse>, Status> {
-        let profile = self.profile(&request, &request.get_ref().profile)?;
-        let req = request.into_inner();
-        self.check_text(&req.message, "message")?;
+        let (_, extensions, req) = request.into_parts();
+        // The conversation first: a call refused for anything after it is logged with its hash.
         let conv = ConversationId::optional(&req.conversation_id)?.map(ConversationId::as_str);
+        let profile = self.profile(&extensions, &req.profile)?;
+        self.check_text(&req.message, "message")?;
         let format = format(req.format)?;
         let options = RouteOptions {
             conversation: conv,
@@ -369,9 +370,9 @@ impl ToolRouter for ToolRouterService {
         &self,
         request: Request<proto::LoadToolGroupRequest>,
     ) -> Result<Response<proto::LoadToolGroupResponse>, Status> {
-        let profile = self.profile(&request, &request.get_ref().profile)?;
-        let req = request.into_inner();
+        let (_, extensions, req) = request.into_parts();
         let id = ConversationId::required(&req.conversation_id)?.as_str();
+        let profile = self.profile(&extensions, &req.profile)?;
         let group_name = bounded(required(&req.group_name, "group_name")?, "group_name")?;
         let format = format(req.format)?;
         let Loaded { view, load } = self.state.load_group(id, group_name, profile).await?;
@@ -416,7 +417,7 @@ impl ToolRouter for ToolRouterService {
         &self,
         request: Request<proto::ListGroupsRequest>,
     ) -> Result<Response<proto::ListGroupsResponse>, Status> {
-        let profile = self.profile(&request, &request.get_ref().profile)?;
+        let profile = self.profile(request.extensions(), &request.get_ref().profile)?;
         let view = self.state.view().await;
         let scope = view.scope(profile);
         Ok(Response::new(proto::ListGroupsResponse {
@@ -430,7 +431,7 @@ impl ToolRouter for ToolRouterService {
         &self,
         request: Request<proto::ListAllToolsRequest>,
     ) -> Result<Response<wire::ListAllToolsResponse>, Status> {
-        let profile = self.profile(&request, &request.get_ref().profile)?;
+        let profile = self.profile(request.extensions(), &request.get_ref().profile)?;
         let format = format(request.into_inner().format)?;
         let view = self.state.view().await;
         let registry = &view.registry;
@@ -474,7 +475,7 @@ impl ToolRouter for ToolRouterService {
         request: Request<proto::InvalidateSettingsRequest>,
     ) -> Result<Response<proto::InvalidateSettingsResponse>, Status> {
         // The request names no profile; a token bound to one sees the domains it leaves.
-        let profile = self.profile(&request, "")?;
+        let profile = self.profile(request.extensions(), "")?;
         let view = self.state.invalidate_settings().await?;
         let active_domains = domain_names(&view.registry, view.scope(profile).activation.active());
         tracing::info!(active = active_domains.len(), "settings invalidated");
@@ -502,12 +503,12 @@ impl ToolRouter for ToolRouterService {
         &self,
         request: Request<proto::SearchToolsRequest>,
     ) -> Result<Response<proto::SearchToolsResponse>, Status> {
-        let profile = self.profile(&request, &request.get_ref().profile)?;
-        let req = request.into_inner();
+        let (_, extensions, req) = request.into_parts();
+        let conv = ConversationId::optional(&req.conversation_id)?;
+        let profile = self.profile(&extensions, &req.profile)?;
         let query = required(&req.query, "query")?;
         self.check_text(query, "query")?;
         let format = format(req.format)?;
-        let conv = ConversationId::optional(&req.conversation_id)?;
         let load_into = match (req.load, conv) {
             (false, _) => None,
             (true, Some(id)) => Some(id.as_str()),
@@ -621,10 +622,10 @@ impl ToolRouter for ToolRouterService {
         &self,
         request: Request<proto::CheckToolCallRequest>,
     ) -> Result<Response<proto::CheckToolCallResponse>, Status> {
-        let profile = self.profile(&request, &request.get_ref().profile)?;
-        let req = request.into_inner();
-        let name = bounded(required(&req.tool_name, "tool_name")?, "tool_name")?;
+        let (_, extensions, req) = request.into_parts();
         let conv = ConversationId::optional(&req.conversation_id)?;
+        let profile = self.profile(&extensions, &req.profile)?;
+        let name = bounded(required(&req.tool_name, "tool_name")?, "tool_name")?;
         let check = self
             .state
             .check_call(name, conv.map(ConversationId::as_str), profile)
@@ -647,7 +648,7 @@ impl ToolRouter for ToolRouterService {
         request: Request<proto::WatchRegistryRequest>,
     ) -> Result<Response<Self::WatchRegistryStream>, Status> {
         use tokio_stream::StreamExt as _;
-        let profile = self.profile(&request, &request.get_ref().profile)?;
+        let profile = self.profile(request.extensions(), &request.get_ref().profile)?;
         // The current state first: settings no older than the TTL (or a notification's),
         // which nothing may have asked for since the last event.
         self.state.view().await;

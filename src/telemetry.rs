@@ -629,6 +629,12 @@ impl Ended {
     ) {
         let code_name = code_name(code);
         self.observe(code_name, summary);
+        // The router answers a method no service has with a bare status.
+        let cause = match (cause, code) {
+            ("", tonic::Code::Unimplemented) => "no service of this daemon has this method",
+            ("", _) => "(the answer gave no message)",
+            (cause, _) => cause,
+        };
         tracing::warn!(
             method = %logged_method(&self.path),
             code = code_name,
@@ -1122,8 +1128,8 @@ fn embed_json_field(line: &mut String, name: &str) {
 /// over the decoding limit tonic answers `OUT_OF_RANGE`; gRPC's own servers (and this
 /// daemon's documentation) answer `RESOURCE_EXHAUSTED` for a message larger than the
 /// transport accepts, naming the limit of the service called. A body that cannot be
-/// decompressed tonic answers `INTERNAL`, which the contract keeps for the daemon's own
-/// faults: it is the caller's, `INVALID_ARGUMENT`.
+/// decompressed, or that is not one gRPC message, tonic answers `INTERNAL`, which the contract
+/// keeps for the daemon's own faults: it is the caller's, `INVALID_ARGUMENT`.
 fn transport_refusals_in_the_contracts_codes<R>(response: &mut http::Response<R>) {
     let headers = response.headers_mut();
     let Some(status) = headers.get("grpc-status").filter(|v| *v == "11" || *v == "13") else {
@@ -1159,6 +1165,11 @@ fn transport_refusals_in_the_contracts_codes<R>(response: &mut http::Response<R>
     {
         let detail = detail.split(", while ").next().unwrap_or(detail);
         ("3", format!("The request cannot be decompressed: {detail}."))
+    } else if let Some(message) = (!refused_for_size)
+        .then(|| not_one_message(&tonic_message))
+        .flatten()
+    {
+        ("3", message)
     } else {
         return;
     };
@@ -1167,6 +1178,25 @@ fn transport_refusals_in_the_contracts_codes<R>(response: &mut http::Response<R>
     if let Ok(v) = http::HeaderValue::from_str(&encoded) {
         headers.insert("grpc-message", v);
     }
+}
+
+/// tonic's words for a request body that is not one gRPC message (its framing is the
+/// caller's, so `INVALID_ARGUMENT`), as the contract says them; `None` for any other text.
+fn not_one_message(tonic_message: &str) -> Option<String> {
+    let what = if tonic_message
+        .starts_with("protocol error: received message with compressed-flag but no grpc-encoding")
+    {
+        "its message is flagged compressed, but the call names no grpc-encoding"
+    } else if tonic_message.starts_with("protocol error: received message with invalid compression flag") {
+        "its message's compressed flag is neither 0 nor 1"
+    } else if tonic_message == "Unexpected EOF decoding stream." {
+        "it ends before the message its length prefix announces"
+    } else if tonic_message == "Missing request message." {
+        "it holds no message"
+    } else {
+        return None;
+    };
+    Some(format!("The request is not a gRPC message: {what}."))
 }
 
 /// What a `grpc-message` value percent-encodes: controls, space, `%` and everything outside
@@ -1410,6 +1440,35 @@ mod tests {
             .finish();
         tracing::subscriber::with_default(subscriber, &event);
         (blank_time(&ours), blank_time(&reference))
+    }
+
+    #[test]
+    fn a_failed_calls_line_always_has_a_cause() {
+        // (status message, code, the cause logged)
+        let cases = [
+            (
+                "",
+                tonic::Code::Unimplemented,
+                "no service of this daemon has this method",
+            ),
+            ("", tonic::Code::Unavailable, "(the answer gave no message)"),
+            (
+                "Unknown profile 'x'.",
+                tonic::Code::InvalidArgument,
+                "Unknown profile 'x'.",
+            ),
+        ];
+        for (message, code, cause) in cases {
+            let (logs, _default) = Captured::on_this_thread();
+            Ended {
+                path: "/toolrouter.v1.ToolRouter/Bogus".into(),
+                started: Instant::now(),
+                metrics: None,
+            }
+            .failed(code, message, None, None);
+            let text = logs.text();
+            assert!(text.contains(&format!("cause={cause}")), "{message:?}: {text}");
+        }
     }
 
     #[test]

@@ -864,6 +864,20 @@ async fn a_failed_call_is_logged_with_its_conversations_hash() {
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::NotFound);
+    // Also when what fails is checked before anything is looked up: a profile, the message.
+    let err = c
+        .route(toolrouter::proto::RouteRequest {
+            profile: "no-such-profile".into(),
+            ..route_request("hello", "user-9-private")
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    let err = c
+        .route(route_request(&"x".repeat(70_000), "user-9-private"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
     tokio::time::sleep(Duration::from_millis(200)).await;
     let log = daemon.log();
     let lines = json_lines(&log);
@@ -871,13 +885,20 @@ async fn a_failed_call_is_logged_with_its_conversations_hash() {
         .iter()
         .filter(|v| v["fields"]["message"] == "call failed")
         .collect();
-    assert_eq!(failed.len(), 1, "{log}");
-    assert_eq!(failed[0]["fields"]["code"], "NOT_FOUND", "{log}");
+    assert_eq!(failed.len(), 3, "{log}");
+    let codes: Vec<&serde_json::Value> = failed.iter().map(|f| &f["fields"]["code"]).collect();
     assert_eq!(
-        failed[0]["fields"]["conversation"],
-        conversation_hash("user-9-private"),
+        codes,
+        ["NOT_FOUND", "INVALID_ARGUMENT", "INVALID_ARGUMENT"],
         "{log}"
     );
+    for line in &failed {
+        assert_eq!(
+            line["fields"]["conversation"],
+            conversation_hash("user-9-private"),
+            "{log}"
+        );
+    }
     assert!(!log.contains("user-9-private"), "{log}");
 }
 

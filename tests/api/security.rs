@@ -375,6 +375,73 @@ async fn a_body_that_cannot_be_decompressed_is_the_callers_error_named_so() {
     app.stop().await;
 }
 
+/// A body that is not one gRPC message is the caller's mistake, said as such, on every
+/// service: `INTERNAL` is the daemon's own faults.
+#[tokio::test]
+async fn a_body_that_is_not_one_grpc_message_is_the_callers_error_named_so() {
+    let app = TestApp::builder().spawn().await;
+    let mut send = h2_connection(&app).await;
+    // (body, what the message says)
+    let cases: [(&'static [u8], &str); 5] = [
+        (
+            &[1, 0, 0, 0, 1, 0],
+            "flagged compressed, but the call names no grpc-encoding",
+        ),
+        (&[7, 0, 0, 0, 1, 0], "compressed flag is neither 0 nor 1"),
+        (
+            &[0, 0, 0, 0, 9, 1, 2],
+            "ends before the message its length prefix announces",
+        ),
+        (&[0, 0, 0], "ends before the message its length prefix announces"),
+        (&[], "it holds no message"),
+    ];
+    for path in [
+        "/toolrouter.v1.ToolRouter/Route",
+        "/toolrouter.v1.ToolRouter/WatchRegistry",
+        "/grpc.health.v1.Health/Check",
+    ] {
+        for (body, want) in cases {
+            let request = http::Request::post(format!("http://{}{path}", app.addr))
+                .header("content-type", "application/grpc")
+                .header("te", "trailers")
+                .body(())
+                .unwrap();
+            let (answer, mut stream) = send.send_request(request, false).unwrap();
+            stream.send_data(bytes::Bytes::from_static(body), true).unwrap();
+            let answer = tokio::time::timeout(Duration::from_secs(5), answer)
+                .await
+                .unwrap()
+                .unwrap();
+            // A trailers-only answer carries the status in its headers; otherwise it is in
+            // the trailers.
+            let (code, message) = if let Some(code) = answer.headers().get("grpc-status") {
+                (code.clone(), answer.headers().get("grpc-message").cloned())
+            } else {
+                let mut body = answer.into_body();
+                let trailers = tokio::time::timeout(Duration::from_secs(5), body.trailers())
+                    .await
+                    .unwrap()
+                    .unwrap()
+                    .unwrap();
+                (
+                    trailers["grpc-status"].clone(),
+                    trailers.get("grpc-message").cloned(),
+                )
+            };
+            let message = percent_encoding::percent_decode(message.unwrap().as_bytes())
+                .decode_utf8()
+                .unwrap()
+                .into_owned();
+            assert_eq!(code, "3", "{path} {body:?}: {message}");
+            assert!(
+                message.starts_with("The request is not a gRPC message: ") && message.contains(want),
+                "{path} {body:?}: {message}"
+            );
+        }
+    }
+    app.stop().await;
+}
+
 #[tokio::test]
 async fn a_connection_may_open_a_bounded_number_of_streams() {
     // (limit on concurrent calls, streams per connection)
