@@ -445,6 +445,17 @@ pub(crate) fn comma_follows(rest: &str) -> bool {
         .is_some_and(|c| !c.is_alphanumeric())
 }
 
+/// Whether a comma comes last in `before` after any letter or digit (past spaces and
+/// symbols: "pause 🎬, thanks"): [`comma_follows`] read backwards.
+pub(crate) fn comma_precedes(before: &str) -> bool {
+    before
+        .chars()
+        .rev()
+        .take(16)
+        .find(|&c| c.is_alphanumeric() || matches!(c, ',' | '，' | '、' | '،'))
+        .is_some_and(|c| !c.is_alphanumeric())
+}
+
 /// A line break: it ends a sentence.
 fn is_line_break(c: char) -> bool {
     matches!(c, '\n' | '\r' | '\u{85}' | '\u{2028}' | '\u{2029}')
@@ -665,6 +676,25 @@ impl Segmented {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_comma_beside_a_word_is_found_past_spaces_and_symbols_only() {
+        // (text after a word, text before the next one, a comma between them)
+        let cases: &[(&str, &str, bool)] = &[
+            (", pause", "pause, ", true),
+            (" , pause", "pause ,  ", true),
+            ("\u{ff0c}pause", "pause\u{3001}", true),
+            (" \u{1f64f}, pause", "pause \u{1f3ac}, ", true),
+            (" pause", "pause ", false),
+            ("", "", false),
+            (" a, b", "a, b ", false),
+            (". pause", "pause. ", false),
+        ];
+        for &(after, before, comma) in cases {
+            assert_eq!(comma_follows(after), comma, "after {after:?}");
+            assert_eq!(comma_precedes(before), comma, "before {before:?}");
+        }
+    }
 
     #[test]
     fn identifiers_split_at_separators_case_changes_and_digits() {

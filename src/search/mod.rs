@@ -554,9 +554,9 @@ impl SearchIndex {
     /// (stop words skipped, as in the index; a word the index does not have breaks a pair).
     /// With the `message` the spans are in, small talk is left out: a clause made of a word
     /// of courtesy (thanks, a greeting, a farewell) and at most one word that is not a stop
-    /// word ("many thanks", "thanks for your time", "good night"). A word of courtesy
-    /// followed by a comma ends a clause, so the request after it is judged on its own
-    /// ("thanks, pause the film", "hi, what is playing?").
+    /// word ("many thanks", "thanks for your time", "good night"). A comma after a word of
+    /// courtesy, or before one, ends a clause, so the request beside it is judged on its own
+    /// ("thanks, pause the film", "hi, what is playing?", "pause it, thanks").
     fn segment_terms<'w>(
         &self,
         words: impl IntoIterator<Item = (Range<usize>, &'w str)>,
@@ -597,6 +597,11 @@ impl SearchIndex {
                     }
                 }
                 Err(true) if analysis::is_courtesy(word) => {
+                    // A comma before it ends the clause before it too ("pause, thanks").
+                    if message.is_some_and(|m| analysis::comma_precedes(&m[..span.start])) {
+                        end_clause(out, pairs, courtesy, said);
+                        (said, previous) = (0, None);
+                    }
                     courtesy = true;
                     if message.is_some_and(|m| analysis::comma_follows(&m[span.end..])) {
                         end_clause(out, pairs, courtesy, said);

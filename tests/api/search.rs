@@ -141,6 +141,7 @@ async fn small_talk_has_no_search_hit_and_leaves_nothing_sticky() {
         "cheers mate",
         "many thanks, good night",
         "hi, thanks",
+        "thanks, bye",
     ] {
         let r = app.route(message, "small-talk").await;
         assert!(
@@ -159,6 +160,10 @@ async fn small_talk_has_no_search_hit_and_leaves_nothing_sticky() {
         // A full-width comma, and a symbol before the comma.
         "thanks\u{ff0c}pause",
         "thanks \u{1f64f}, pause",
+        // Courtesy after the request, past a comma, likewise.
+        "pause, thanks",
+        "pause it, thanks",
+        "pause \u{1f3ac}, thanks a lot",
     ] {
         let r = app.route(message, "").await;
         assert!(
