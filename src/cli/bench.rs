@@ -61,12 +61,11 @@ pub enum BenchCommand {
         #[arg(long, value_enum, default_value = "full")]
         decode: Decode,
     },
-    /// Write the third-party eval sets as manifests and labelled queries: done by the
-    /// `toolrouter-bench` tool of this repository (it reads the sets' own files), which this
-    /// points to.
-    #[command(hide = true)]
+    /// Write the third-party eval sets (Seal-Tools, StableToolBench) as manifests and
+    /// labelled queries for `eval`: runs `toolrouter-bench export` (built beside this binary
+    /// in the repository's workspace), e.g. `bench export seal --out DIR`.
     Export {
-        /// Whatever `toolrouter-bench export` takes.
+        /// What `toolrouter-bench export` takes (`--help` lists it).
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
@@ -145,6 +144,54 @@ async fn route_counted(
     grpc.unary(tonic::Request::new(request), path, codec).await
 }
 
+/// `bench export`: `toolrouter-bench export ARGS`, the tool beside this binary, with this
+/// process's output and exit code; where it is not built, how to build and run it.
+fn export(args: &[String]) -> Result<(), Failure> {
+    let beside = std::env::current_exe()
+        .ok()
+        .and_then(|exe| {
+            Some(
+                exe.parent()?
+                    .join(format!("toolrouter-bench{}", std::env::consts::EXE_SUFFIX)),
+            )
+        })
+        .filter(|tool| tool.is_file());
+    let Some(tool) = beside else {
+        let shown: Vec<String> = args
+            .iter()
+            .map(|a| {
+                if a.is_empty() || a.contains(|c: char| c.is_whitespace() || "'\"$\\".contains(c)) {
+                    format!("{a:?}")
+                } else {
+                    a.clone()
+                }
+            })
+            .collect();
+        return Err(Failure::config(format!(
+            "export is done by toolrouter-bench, which is not built beside this binary: run, in the repository, \
+             cargo run --release -p toolrouter-bench -- export {}",
+            if args.is_empty() {
+                "seal|stb --out DIR".to_string()
+            } else {
+                shown.join(" ")
+            }
+        )));
+    };
+    let status = std::process::Command::new(&tool)
+        .arg("export")
+        .args(args)
+        .status()
+        .map_err(|e| Failure::runtime(format!("cannot run {}: {e}", tool.display())))?;
+    match status.code() {
+        Some(0) => Ok(()),
+        Some(code) => std::process::exit(code),
+        None => Err(Failure::runtime(format!(
+            "{} was stopped by a signal",
+            tool.display()
+        ))),
+    }
+}
+
 pub(super) async fn bench(command: BenchCommand) -> Result<(), Failure> {
     let (conn, duration, concurrency, messages, mix, format, decode) = match command {
         BenchCommand::Grpc {
@@ -156,16 +203,7 @@ pub(super) async fn bench(command: BenchCommand) -> Result<(), Failure> {
             format,
             decode,
         } => (conn, duration, concurrency, messages, mix, format, decode),
-        BenchCommand::Export { args } => {
-            return Err(Failure::config(format!(
-                "export is done by the repository's toolrouter-bench tool: cargo run --release -p toolrouter-bench -- export {}",
-                if args.is_empty() {
-                    "seal|stb --out DIR".to_string()
-                } else {
-                    args.join(" ")
-                }
-            )));
-        }
+        BenchCommand::Export { args } => return export(&args),
     };
     if concurrency == 0 {
         return Err(Failure::config("--concurrency must be at least 1"));

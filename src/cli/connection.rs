@@ -189,8 +189,8 @@ impl Connection {
             Ok(Ok(channel)) => Ok(channel),
             Ok(Err(e)) => {
                 let cause = root_cause(&e);
-                // A certificate the client does not trust: say how to make it trust it.
-                let hint = if cause.contains("invalid peer certificate") {
+                // A certificate no CA it trusts signed, and none was named: say how to name it.
+                let hint = if cause.contains("UnknownIssuer") && self.tls_ca.is_none() {
                     " (pass --tls-ca with the CA certificate that signed the daemon's, PEM)"
                 } else {
                     ""

@@ -52,12 +52,10 @@ pub(super) async fn settings(
     let addr = &conn.addr;
     let writes = !matches!(action, SettingsAction::List);
     // A value the daemon would ignore is refused before the daemon is asked or anything written.
-    let refused = match &action {
-        SettingsAction::Set { key, value } => crate::router::refused_setting(key, value),
-        SettingsAction::Unset { key } => crate::router::refused_setting(key, ""),
-        SettingsAction::List => None,
-    };
-    if let Some(why) = refused {
+    // (`unset` takes any key: a blank one another program wrote can be removed.)
+    if let SettingsAction::Set { key, value } = &action
+        && let Some(why) = crate::router::refused_setting(key, value)
+    {
         return Err(Failure::config(format!("{why}; nothing written")));
     }
     // Which database the daemon at --addr uses, when one answers. A daemon that answers but

@@ -36,7 +36,7 @@ pub(super) fn undefined_required(schema: &Value, at: &str, top: bool, out: &mut 
 /// below them that apply to other values (properties, items, ...).
 #[derive(Default)]
 struct Object<'a> {
-    names: Vec<&'a str>,
+    names: std::collections::HashSet<&'a str>,
     /// Some of them lists `properties`.
     listed: bool,
     /// Some of them takes properties from elsewhere.
@@ -55,7 +55,10 @@ impl<'a> Object<'a> {
             "additionalProperties",
             "unevaluatedProperties",
         ];
-        self.open |= OPENING.iter().any(|k| obj.contains_key(*k));
+        // `false` closes instead: no property but those listed is allowed.
+        self.open |= OPENING
+            .iter()
+            .any(|k| obj.get(*k).is_some_and(|v| *v != Value::Bool(false)));
         if let Some(props) = obj.get("properties").and_then(Value::as_object) {
             self.listed = true;
             self.names.extend(props.keys().map(String::as_str));

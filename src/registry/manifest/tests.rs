@@ -1419,6 +1419,22 @@ fn a_required_name_that_the_schema_does_not_define_is_rejected() {
             ),
             &["`input_schema` at /oneOf/1 lists `zz` in `required`"],
         ),
+        // `additionalProperties: false` allows no other property: nothing comes from there.
+        (
+            "closed.json",
+            &native(
+                r#"{"type": "object", "properties": {"a": {}}, "required": ["b"], "additionalProperties": false}"#,
+            ),
+            &["`input_schema` lists `b` in `required`"],
+        ),
+        (
+            "closed_nested.json",
+            &native(
+                r#"{"type": "object", "properties": {"o": {"type": "object", "properties": {"x": {}},
+                    "required": ["y"], "unevaluatedProperties": false}}}"#,
+            ),
+            &["`input_schema` at /properties/o lists `y` in `required`"],
+        ),
         (
             "nested_branch.json",
             &native(
@@ -1469,6 +1485,12 @@ fn a_required_name_that_the_schema_does_not_define_is_rejected() {
             &native(
                 r##"{"type": "object", "$defs": {"base": {"type": "object", "properties": {"id": {}}}},
                     "$ref": "#/$defs/base", "properties": {"x": {}}, "required": ["id", "x"]}"##,
+            ),
+        ),
+        (
+            "open.json",
+            &native(
+                r#"{"type": "object", "properties": {"a": {}}, "required": ["b"], "additionalProperties": {"type": "string"}}"#,
             ),
         ),
         // `not` requiring a name forbids it: nothing need define it.
