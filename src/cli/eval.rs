@@ -55,7 +55,13 @@ pub(super) fn eval(args: &EvalArgs) -> Result<(), Failure> {
                 )));
             }
             let runtime = tokio::runtime::Handle::current();
-            let stored = tokio::task::block_in_place(|| runtime.block_on(crate::db::read_stored_only(url)))?;
+            let stored = tokio::task::block_in_place(|| runtime.block_on(crate::db::read_stored_only(url)))
+                .map_err(|e| match e {
+                // A file that is not a database is the caller's to fix, as one without a
+                // settings table is; a server that does not answer is not.
+                crate::Error::Unavailable(why) if !crate::db::is_postgres(url) => Failure::config(why),
+                e => e.into(),
+            })?;
             (
                 crate::state::with_stored_domains(manifests, stored.domains),
                 crate::router::Snapshot::new(stored.settings),

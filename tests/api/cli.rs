@@ -354,6 +354,17 @@ async fn eval_reads_the_settings_database_a_config_file_names_and_never_creates_
         shown(&out)
     );
     assert_eq!(std::fs::read(&other).unwrap(), before, "the file was changed");
+    // A file that is no database at all is bad configuration alike.
+    let garbage = dir.path().join("notes.db");
+    std::fs::write(&garbage, "these are my notes, not a database ".repeat(200)).unwrap();
+    let url = format!("sqlite://{}", garbage.display());
+    let out = run(dir.path(), &[&base[..], &["--database", url.as_str()]].concat()).await;
+    assert_eq!(out.status.code(), Some(2), "{}", shown(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("not a database"),
+        "{}",
+        shown(&out)
+    );
 
     // A settings table is read (these domains need no settings: every one is active).
     set_settings(dir.path(), &[("unrelated", "x")]).await;
