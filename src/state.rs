@@ -454,6 +454,16 @@ fn parse_stored(rows: Vec<(String, String)>) -> Vec<Domain> {
         .collect()
 }
 
+/// Whether `domain` fits beside the manifests' domains and the other run-time domains as
+/// `stored` (name, manifest); how `UpsertDomain` refuses it when it does not.
+fn fits_beside(manifests: Vec<Domain>, stored: Vec<(String, String)>, domain: Domain) -> Result<()> {
+    let (registry, _) = Registry::compose(manifests, parse_stored(stored));
+    let mut domains = registry.into_domains();
+    // Last, so that a clash is reported at the new domain, naming the one it clashes with.
+    domains.push(domain);
+    Registry::new(domains).map(drop).map_err(Error::DomainRefused)
+}
+
 /// The registry a daemon on a database holding these run-time domains (name, manifest)
 /// serves over `manifests` (as [`State::new`] composes it; `eval` measures it).
 pub fn with_stored_domains(manifests: Registry, rows: Vec<(String, String)>) -> Registry {
@@ -469,7 +479,7 @@ fn compose(manifests: &[Domain], runtime: Vec<Domain>) -> (Registry, Vec<Domain>
         tracing::warn!(
             domain = %d.name,
             %cause,
-            "a domain registered at run time clashes with the manifests; left out of the registry (it stays stored)"
+            "a domain registered at run time clashes with the manifests or another run-time domain; left out of the registry (it stays stored)"
         );
     }
     let from_manifests: std::collections::HashSet<&str> = manifests.iter().map(|d| d.name.as_str()).collect();
@@ -1166,10 +1176,18 @@ impl State {
         // Last, so that a clash is reported at the new domain, naming the one it clashes with.
         domains.push(domain.clone());
         let parts = self.prepare(domains).await?;
+        // What this daemon serves may lag what another one stored a moment ago: the domain
+        // is stored only if it also fits beside the run-time domains as stored.
+        let (manifests, candidate) = (sources.manifests.clone(), domain.clone());
         let created = self
             .inner
             .db
-            .upsert_domain(&domain.name, &manifest_json, crate::conversations::now_ms())
+            .upsert_domain_if(
+                &domain.name,
+                &manifest_json,
+                crate::conversations::now_ms(),
+                move |stored| fits_beside(manifests, stored, candidate),
+            )
             .await?;
         self.install(&parts);
         let upserted = Upserted {
@@ -1283,28 +1301,33 @@ impl State {
         upkeep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         upkeep.reset();
         let mut file_generation = self.inner.db.generation();
+        // Upkeep runs beside the other duties, not in their way: with many conversations its
+        // writes take seconds, and another daemon's domain change must not wait for them.
+        let mut running: Option<std::pin::Pin<Box<dyn std::future::Future<Output = u64> + Send + '_>>> = None;
         // The settings are re-read for watchers when the snapshot turns stale, not on a clock
         // of its own: a tick just before that would skip a read and hear a change a TTL late.
         let settings = tokio::time::sleep(self.inner.settings_ttl);
         tokio::pin!(settings);
         loop {
             tokio::select! {
-                () = &mut shutdown => break,
-                _ = upkeep.tick() => {
-                    if let Err(e) = self.inner.conversations.maintain().await {
-                        tracing::error!(error = %e, "conversation upkeep failed");
+                () = &mut shutdown => {
+                    // An upkeep under way ends first: cut, it could leave clocks unwritten.
+                    if let Some(upkeep) = running.take() {
+                        upkeep.await;
                     }
-                    // A backup moved over the SQLite file: serve the run-time domains it holds.
-                    let generation = self.inner.db.generation();
-                    if generation != file_generation {
-                        match self.take_stored_domains(REPLACED_FILE).await.and_then(|read| read) {
-                            Ok(()) => file_generation = generation,
-                            Err(e) => tracing::warn!(
-                                error = %e,
-                                "cannot read the run-time domains of the replaced database file; trying again at the next upkeep"
-                            ),
-                        }
+                    break;
+                }
+                _ = upkeep.tick(), if running.is_none() => {
+                    running = Some(Box::pin(self.upkeep(file_generation)));
+                }
+                generation = async {
+                    match running.as_mut() {
+                        Some(upkeep) => upkeep.await,
+                        None => std::future::pending().await,
                     }
+                } => {
+                    file_generation = generation;
+                    running = None;
                 }
                 () = &mut settings => {
                     let watched = self.inner.events.receiver_count() > 0;
@@ -1331,6 +1354,33 @@ impl State {
                 () = retry_at(domains_retry) => {
                     domains_retry = self.take_runtime_domains(domains_retry).await;
                 }
+            }
+        }
+    }
+
+    /// One conversation upkeep; then, when a backup moved over the SQLite file since the
+    /// file `generation` served, the run-time domains it holds. Returns the generation now
+    /// served.
+    async fn upkeep(&self, generation: u64) -> u64 {
+        if let Err(e) = self.inner.conversations.maintain().await {
+            tracing::error!(error = %e, "conversation upkeep failed");
+        }
+        let now = self.inner.db.generation();
+        if now == generation {
+            return generation;
+        }
+        match self
+            .take_stored_domains(REPLACED_FILE)
+            .await
+            .and_then(|read| read)
+        {
+            Ok(()) => now,
+            Err(e) => {
+                tracing::warn!(
+                    error = %e,
+                    "cannot read the run-time domains of the replaced database file; trying again at the next upkeep"
+                );
+                generation
             }
         }
     }
@@ -1396,6 +1446,44 @@ mod tests {
         assert!(second.0 > first.0);
         std::fs::rename(dir.path().join("moved.db"), &path).unwrap();
         assert_eq!(state.take_runtime_domains(Some(second)).await, None);
+    }
+
+    /// Two daemons on one PostgreSQL database, the second not yet told of the first's new
+    /// domain: its upsert of a domain with the same tool name is refused, as on one daemon,
+    /// instead of both being stored and one of them served by neither.
+    #[tokio::test]
+    async fn on_postgres_an_upsert_clashing_with_one_another_daemon_just_stored_is_refused() {
+        let Some(admin) = crate::db::testing::postgres_url() else {
+            return;
+        };
+        let config = Config {
+            database: crate::db::testing::fresh_postgres_database(&admin).await,
+            ..Config::default()
+        };
+        let a = State::new(Registry::demo(), &config).await.unwrap();
+        let b = State::new(Registry::demo(), &config).await.unwrap();
+        let lab = |name: &str| {
+            format!(
+                r#"{{"name": "{name}", "tools": [{{"name": "lab_probe", "description": "Probe the lab"}}]}}"#
+            )
+        };
+        a.upsert_domain(&lab("lab_one")).await.unwrap();
+        let refused = b.upsert_domain(&lab("lab_two")).await.unwrap_err();
+        let status = tonic::Status::from(refused);
+        assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+        assert!(status.message().contains("lab_probe"), "{}", status.message());
+        let stored: Vec<String> = a
+            .inner
+            .db
+            .read_domains()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect();
+        assert_eq!(stored, ["lab_one"]);
+        // Replacing a domain by itself is no clash.
+        b.upsert_domain(&lab("lab_one")).await.unwrap();
     }
 
     /// The demo registry over a SQLite database in `dir`.

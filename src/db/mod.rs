@@ -438,7 +438,26 @@ impl Db {
     /// # Errors
     /// `Unavailable` for a missing file or an unreachable server, or a database fault.
     pub async fn upsert_domain(&self, name: &str, manifest: &str, now_ms: i64) -> Result<bool> {
-        self.session().await?.upsert_domain(name, manifest, now_ms).await
+        self.upsert_domain_if(name, manifest, now_ms, |_| Ok(())).await
+    }
+
+    /// [`Db::upsert_domain`] when `fits` accepts the other stored run-time domains (name,
+    /// manifest) beside it, read as the write lands (on PostgreSQL under a lock every
+    /// daemon's upsert takes); `fits`'s refusal otherwise, nothing written.
+    ///
+    /// # Errors
+    /// As [`Db::upsert_domain`], or what `fits` returns.
+    pub async fn upsert_domain_if(
+        &self,
+        name: &str,
+        manifest: &str,
+        now_ms: i64,
+        fits: impl FnOnce(Vec<(String, String)>) -> Result<()> + Send,
+    ) -> Result<bool> {
+        self.session()
+            .await?
+            .upsert_domain(name, manifest, now_ms, fits)
+            .await
     }
 
     /// Removes a run-time domain; true when it existed (one call: checks the file, then
@@ -639,10 +658,17 @@ impl Session {
         dispatch!(self, read_domains())
     }
 
-    /// Stores a run-time domain's manifest; true when the name was new.
-    #[tracing::instrument(skip(self, manifest))]
-    pub async fn upsert_domain(&self, name: &str, manifest: &str, now_ms: i64) -> Result<bool> {
-        dispatch!(self, upsert_domain(name, manifest, now_ms))
+    /// Stores a run-time domain's manifest when `fits` accepts the others beside it; true when
+    /// the name was new.
+    #[tracing::instrument(skip(self, manifest, fits))]
+    pub async fn upsert_domain(
+        &self,
+        name: &str,
+        manifest: &str,
+        now_ms: i64,
+        fits: impl FnOnce(Vec<(String, String)>) -> Result<()> + Send,
+    ) -> Result<bool> {
+        dispatch!(self, upsert_domain(name, manifest, now_ms, fits))?
     }
 
     /// Removes a run-time domain; true when it existed.

@@ -537,13 +537,35 @@ pub(super) async fn read_domains(pool: &PgPool) -> sqlx::Result<Vec<(String, Str
         .await
 }
 
+/// The advisory lock every run-time domain upsert takes, whichever daemon makes it.
+const DOMAINS_LOCK: i64 = 0x7472_646f_6d61_696e;
+
+/// Stores a run-time domain when `fits` accepts the other stored ones beside it (its refusal
+/// otherwise, nothing written). The rows are read under a lock every daemon's upsert takes,
+/// so two daemons cannot each store a domain that fits beside what it read and clashes with
+/// the other's.
 pub(super) async fn upsert_domain(
     pool: &PgPool,
     name: &str,
     manifest: &str,
     now_ms: i64,
-) -> sqlx::Result<bool> {
-    // One statement; `xmax` is 0 on a row this statement inserted, and set on one it updated.
+    fits: impl FnOnce(Vec<(String, String)>) -> Result<()>,
+) -> sqlx::Result<Result<bool>> {
+    let mut tx = pool.begin().await?;
+    sqlx::query("SELECT pg_advisory_xact_lock($1)")
+        .bind(DOMAINS_LOCK)
+        .execute(&mut *tx)
+        .await?;
+    let others: Vec<(String, String)> =
+        sqlx::query_as(r#"SELECT name, manifest FROM domains WHERE name <> $1 ORDER BY name COLLATE "C""#)
+            .bind(name)
+            .fetch_all(&mut *tx)
+            .await?;
+    if let Err(refused) = fits(others) {
+        // Dropped uncommitted: rolled back.
+        return Ok(Err(refused));
+    }
+    // `xmax` is 0 on a row this statement inserted, and set on one it updated.
     let (inserted,): (bool,) = sqlx::query_as(
         "INSERT INTO domains (name, manifest, updated_at) VALUES ($1, $2, $3) \
          ON CONFLICT (name) DO UPDATE SET manifest = excluded.manifest, updated_at = excluded.updated_at \
@@ -552,9 +574,10 @@ pub(super) async fn upsert_domain(
     .bind(name)
     .bind(manifest)
     .bind(now_ms)
-    .fetch_one(pool)
+    .fetch_one(&mut *tx)
     .await?;
-    Ok(inserted)
+    tx.commit().await?;
+    Ok(Ok(inserted))
 }
 
 pub(super) async fn delete_domain(pool: &PgPool, name: &str) -> sqlx::Result<bool> {

@@ -541,12 +541,24 @@ pub(super) async fn read_domains(pool: &SqlitePool) -> sqlx::Result<Vec<(String,
         .await
 }
 
+/// Stores a run-time domain when `fits` accepts the other stored ones beside it (its refusal
+/// otherwise, nothing written). A file has one daemon, whose run-time changes are serialised
+/// in memory: the rows are read before the write.
 pub(super) async fn upsert_domain(
     pool: &SqlitePool,
     name: &str,
     manifest: &str,
     now_ms: i64,
-) -> sqlx::Result<bool> {
+    fits: impl FnOnce(Vec<(String, String)>) -> Result<()>,
+) -> sqlx::Result<Result<bool>> {
+    let others: Vec<(String, String)> =
+        sqlx::query_as("SELECT name, manifest FROM domains WHERE name <> ?1 ORDER BY name")
+            .bind(name)
+            .fetch_all(pool)
+            .await?;
+    if let Err(refused) = fits(others) {
+        return Ok(Err(refused));
+    }
     // Writes first: a transaction that reads before it writes cannot wait for the write
     // lock (SQLite fails it at once when another connection committed in between).
     in_transaction(pool, async |tx| {
@@ -571,6 +583,7 @@ pub(super) async fn upsert_domain(
         Ok(inserted)
     })
     .await
+    .map(Ok)
 }
 
 pub(super) async fn delete_domain(pool: &SqlitePool, name: &str) -> sqlx::Result<bool> {

@@ -234,10 +234,35 @@ async fn a_stamp_tells_a_current_copy_from_a_stale_one(f: Fixture) {
 async fn domains_are_stored_replaced_read_by_name_and_deleted(f: Fixture) {
     let db = f.db.session().await.unwrap();
     assert!(db.read_domains().await.unwrap().is_empty());
-    assert!(db.upsert_domain("b", "{\"name\":\"b\"}", 1).await.unwrap(), "new");
-    assert!(db.upsert_domain("a", "{\"name\":\"a\"}", 2).await.unwrap(), "new");
+    let fits = |_: Vec<(String, String)>| Ok(());
     assert!(
-        !db.upsert_domain("b", "{\"name\":\"b\",\"core\":true}", 3)
+        db.upsert_domain("b", "{\"name\":\"b\"}", 1, fits).await.unwrap(),
+        "new"
+    );
+    // What the check is shown is every other stored domain; its refusal writes nothing.
+    let shown = std::sync::Mutex::new(Vec::new());
+    let refused = db
+        .upsert_domain("a", "{\"name\":\"a\"}", 2, |others| {
+            *shown.lock().unwrap() = others;
+            Err(crate::Error::Internal("no".into()))
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(
+        refused.to_string(),
+        crate::Error::Internal("no".into()).to_string()
+    );
+    assert_eq!(
+        *shown.lock().unwrap(),
+        vec![("b".to_string(), "{\"name\":\"b\"}".to_string())]
+    );
+    assert_eq!(db.read_domains().await.unwrap().len(), 1, "nothing written");
+    assert!(
+        db.upsert_domain("a", "{\"name\":\"a\"}", 2, fits).await.unwrap(),
+        "new"
+    );
+    assert!(
+        !db.upsert_domain("b", "{\"name\":\"b\",\"core\":true}", 3, fits)
             .await
             .unwrap(),
         "replaced"

@@ -202,3 +202,31 @@ async fn watch_streams_end_when_the_daemon_stops() {
         .expect("the daemon stops without waiting for the watcher")
         .unwrap();
 }
+
+/// Conversation upkeep runs beside the daemon's other duties: while it waits on a database
+/// another program holds locked (as it would on thousands of clock writes), a watcher still
+/// hears of a settings write within the TTL.
+#[tokio::test]
+async fn a_watcher_hears_of_a_settings_write_while_upkeep_waits_on_the_database() {
+    let mut app = TestApp::builder()
+        .manifests(&[("a.json", A), ("b.json", B)])
+        .config(|c| {
+            c.settings_ttl = Duration::from_millis(300);
+            // Upkeep every 100 ms, each one waiting up to 3 s for the write lock.
+            c.conversation_ttl = Duration::from_millis(400);
+            c.busy_timeout = Duration::from_secs(3);
+        })
+        .spawn()
+        .await;
+    let mut stream = app.watch("").await.unwrap();
+    assert_eq!(next(&mut stream).await.active_domains, ["a"]);
+    app.ui.set_setting("b_url", "http://b").await.unwrap();
+    let written = std::time::Instant::now();
+    let lock = crate::helpers::WriteLock::on(&app).await;
+    let heard = tokio::time::timeout(Duration::from_millis(1_500), next(&mut stream)).await;
+    let waited = written.elapsed();
+    lock.release().await;
+    let event = heard.unwrap_or_else(|_| panic!("nothing heard within 1.5 s (upkeep held the loop)"));
+    assert_eq!(event.active_domains, ["a", "b"]);
+    assert!(waited < Duration::from_millis(1_000), "heard after {waited:?}");
+}
