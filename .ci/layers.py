@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Checks that src/ modules depend on each other one way only.
+"""Checks that src/ modules depend on each other one way only, in src/lib.rs's order.
 
 Reads every `crate::<module>` path in non-test code (a file's `#[cfg(test)]` tail and
 `tests.rs` files are skipped), builds the graph between top-level modules, and fails on a
@@ -39,6 +39,14 @@ for f in src.rglob("*.rs"):
     edges.setdefault(m, set()).update(deps)
 
 failed = False
+# The module map in src/lib.rs is in data-flow order: each module uses only those above it.
+order = re.findall(r"^pub(?:\(crate\))? mod (\w+);", (src / "lib.rs").read_text(), re.M)
+place = {m: i for i, m in enumerate(order)}
+for m in sorted(edges):
+    for d in sorted(edges[m]):
+        if m in place and d in place and place[d] > place[m]:
+            print(f"{m} uses `{d}`, which src/lib.rs lists below it")
+            failed = True
 for bad in sorted(edges.get("router", set()) & IO):
     print(f"router/ uses `{bad}`, which does I/O")
     failed = True

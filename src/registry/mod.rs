@@ -283,13 +283,26 @@ impl Registry {
             // Files, and anything else named like a manifest but a folder (a link to nowhere
             // is read, and fails naming itself, rather than leave its domain out unsaid).
             // Hidden files are not read, as a shell's `*.json` leaves them out: editors keep
-            // locks and copies there (`.#a.json`, `.a.json.swp`, macOS's `._a.json`).
-            let mut files: Vec<PathBuf> = entries
-                .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| {
-                    !p.file_name()
+            // locks and copies there (`.#a.json`, `.a.json.swp`, macOS's `._a.json`). One
+            // named like a manifest is said to be skipped.
+            let (hidden, entries): (Vec<PathBuf>, Vec<PathBuf>) =
+                entries.filter_map(|e| e.ok().map(|e| e.path())).partition(|p| {
+                    p.file_name()
                         .is_some_and(|n| n.as_encoded_bytes().starts_with(b"."))
-                })
+                });
+            let mut hidden: Vec<PathBuf> = hidden
+                .into_iter()
+                .filter(|p| manifest::Format::of(p).is_some() && !p.is_dir())
+                .collect();
+            hidden.sort();
+            for path in &hidden {
+                warnings.push(warning(
+                    path.display().to_string(),
+                    "skipped: a hidden file is not a manifest (an editor's lock or copy, say)".into(),
+                ));
+            }
+            let mut files: Vec<PathBuf> = entries
+                .into_iter()
                 .filter(|p| p.is_file() || (manifest::Format::of(p).is_some() && !p.is_dir()))
                 .collect();
             files.sort();

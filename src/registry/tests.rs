@@ -125,10 +125,18 @@ fn hidden_files_are_not_read_as_manifests() {
     std::fs::write(dir.path().join(".a.json"), a).unwrap();
     std::fs::write(dir.path().join("._a.json"), [0u8, 5, 22, 7, 0xff]).unwrap();
     std::os::unix::fs::symlink("user@host.1234:1700000000", dir.path().join(".#a.json")).unwrap();
+    std::fs::write(dir.path().join(".a.json.swp"), "swap").unwrap();
     let (registry, warnings) = Registry::check_dirs(&[dir.path().to_path_buf()]);
     let registry = registry.unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(registry.domains().len(), 1);
-    assert!(warnings.is_empty(), "{warnings:?}");
+    // Each one named like a manifest is said to be skipped; the swap file is not.
+    let skipped: Vec<String> = warnings
+        .iter()
+        .filter(|w| w.message.starts_with("skipped: a hidden file"))
+        .map(|w| w.path.rsplit('/').next().unwrap().to_string())
+        .collect();
+    assert_eq!(skipped, [".#a.json", "._a.json", ".a.json"], "{warnings:?}");
+    assert_eq!(warnings.len(), 3, "{warnings:?}");
 }
 
 /// A manifest that is a link to nowhere fails the load naming it, instead of its domain
