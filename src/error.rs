@@ -225,6 +225,21 @@ pub enum Error {
         /// The domains registered at run time, by name.
         registered: Vec<String>,
     },
+    /// A run-time domain change would stop serving other run-time domains: stored ones it
+    /// lets back in clash with them (SPEC §10, §12: every daemon builds the same registry
+    /// from the stored rows, in name order).
+    #[error(
+        "{} would stop serving {}: a stored domain it lets back in clashes with {}. Nothing changed; delete or fix the clashing domain first.",
+        change,
+        listed(lost),
+        if lost.len() == 1 { "it" } else { "them" }
+    )]
+    ChangeLeavesOut {
+        /// What was asked (`Upserting domain 'x'`, `Deleting domain 'x'`).
+        change: String,
+        /// The domains served now that would not be.
+        lost: Vec<String>,
+    },
     /// A dependency (the database, a daemon) cannot be used right now; retrying later may work.
     #[error("{0}")]
     Unavailable(String),
@@ -460,7 +475,8 @@ impl From<Error> for tonic::Status {
             Error::DomainFromManifestsExists { .. } => Status::already_exists(err.to_string()),
             Error::GroupNotConfigured { .. }
             | Error::GroupWithoutTools { .. }
-            | Error::DomainFromManifestsKept { .. } => Status::failed_precondition(err.to_string()),
+            | Error::DomainFromManifestsKept { .. }
+            | Error::ChangeLeavesOut { .. } => Status::failed_precondition(err.to_string()),
             Error::ManifestsRefused { version, errors } => Status::failed_precondition(problems_within(
                 &format!("The manifests are invalid; still serving registry version {version:016x}."),
                 errors,

@@ -454,14 +454,47 @@ fn parse_stored(rows: Vec<(String, String)>) -> Vec<Domain> {
         .collect()
 }
 
-/// Whether `domain` fits beside the manifests' domains and the other run-time domains as
-/// `stored` (name, manifest); how `UpsertDomain` refuses it when it does not.
-fn fits_beside(manifests: Vec<Domain>, stored: Vec<(String, String)>, domain: Domain) -> Result<()> {
-    let (registry, _) = Registry::compose(manifests, parse_stored(stored));
-    let mut domains = registry.into_domains();
-    // Last, so that a clash is reported at the new domain, naming the one it clashes with.
-    domains.push(domain);
-    Registry::new(domains).map(drop).map_err(Error::DomainRefused)
+/// Whether a run-time domain change (`name` upserted as `new`, or deleted when `new` is
+/// none) is one every daemon will serve as asked, judged on the run-time domains as `stored`
+/// (every row, by name) beside the manifests, as every daemon composes them: the new domain
+/// fits beside the others served, and no domain served now stops being served (a stored one
+/// the change lets back in would push it out). How the change is refused when it is not.
+fn check_change(
+    manifests: &[Domain],
+    stored: Vec<(String, String)>,
+    name: &str,
+    new: Option<Domain>,
+) -> Result<()> {
+    let parsed = parse_stored(stored);
+    let (before, _) = Registry::compose(manifests.to_vec(), parsed.clone());
+    let mut after: Vec<Domain> = parsed.into_iter().filter(|d| d.name != name).collect();
+    let upsert = new.is_some();
+    if let Some(domain) = new {
+        // Beside the others as they would be served, last: a clash is the new domain's,
+        // naming the one it clashes with.
+        let (others, _) = Registry::compose(manifests.to_vec(), after.clone());
+        let mut domains = others.into_domains();
+        domains.push(domain.clone());
+        Registry::new(domains).map_err(Error::DomainRefused)?;
+        // Rows come by name, in byte order (PostgreSQL's "C" collation, SQLite's binary one).
+        let at = after.partition_point(|d| d.name.as_str() < domain.name.as_str());
+        after.insert(at, domain);
+    }
+    let (after, _) = Registry::compose(manifests.to_vec(), after);
+    let lost: Vec<String> = before
+        .domains()
+        .iter()
+        .filter(|d| d.name != name && after.find(&d.name).is_none())
+        .map(|d| d.name.clone())
+        .collect();
+    if lost.is_empty() {
+        return Ok(());
+    }
+    let verb = if upsert { "Upserting" } else { "Deleting" };
+    Err(Error::ChangeLeavesOut {
+        change: format!("{verb} domain '{}'", crate::error::echo(name)),
+        lost,
+    })
 }
 
 /// The registry a daemon on a database holding these run-time domains (name, manifest)
@@ -1186,7 +1219,7 @@ impl State {
                 &domain.name,
                 &manifest_json,
                 crate::conversations::now_ms(),
-                move |stored| fits_beside(manifests, stored, candidate),
+                move |stored| check_change(&manifests, stored, &candidate.name.clone(), Some(candidate)),
             )
             .await?;
         self.install(&parts);
@@ -1231,7 +1264,13 @@ impl State {
         } else {
             None
         };
-        let stored = self.inner.db.delete_domain(name).await?;
+        // Deleting it must not let a stored domain back in that pushes out one served now.
+        let manifests = sources.manifests.clone();
+        let stored = self
+            .inner
+            .db
+            .delete_domain_if(name, |rows| check_change(&manifests, rows, name, None))
+            .await?;
         if !stored && !served {
             // Every stored domain, served or left out (a left-out one can be deleted too).
             let mut registered: Vec<String> = match self.inner.db.read_domains().await {
@@ -1301,9 +1340,10 @@ impl State {
         upkeep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         upkeep.reset();
         let mut file_generation = self.inner.db.generation();
-        // Upkeep runs beside the other duties, not in their way: with many conversations its
-        // writes take seconds, and another daemon's domain change must not wait for them.
-        let mut running: Option<std::pin::Pin<Box<dyn std::future::Future<Output = u64> + Send + '_>>> = None;
+        // Upkeep runs as a task of its own, beside the other duties and not in their way:
+        // with many conversations its writes take seconds, and another daemon's domain change
+        // must not wait for them (nor it for theirs, holding a conversation's lock).
+        let mut running: Option<tokio::task::JoinHandle<u64>> = None;
         // The settings are re-read for watchers when the snapshot turns stale, not on a clock
         // of its own: a tick just before that would skip a read and hear a change a TTL late.
         let settings = tokio::time::sleep(self.inner.settings_ttl);
@@ -1313,21 +1353,25 @@ impl State {
                 () = &mut shutdown => {
                     // An upkeep under way ends first: cut, it could leave clocks unwritten.
                     if let Some(upkeep) = running.take() {
-                        upkeep.await;
+                        let _ = upkeep.await;
                     }
                     break;
                 }
                 _ = upkeep.tick(), if running.is_none() => {
-                    running = Some(Box::pin(self.upkeep(file_generation)));
+                    let state = self.clone();
+                    running = Some(tokio::spawn(async move { state.upkeep(file_generation).await }));
                 }
-                generation = async {
+                ended = async {
                     match running.as_mut() {
                         Some(upkeep) => upkeep.await,
                         None => std::future::pending().await,
                     }
                 } => {
-                    file_generation = generation;
                     running = None;
+                    match ended {
+                        Ok(generation) => file_generation = generation,
+                        Err(e) => tracing::error!(error = %e, "conversation upkeep failed"),
+                    }
                 }
                 () = &mut settings => {
                     let watched = self.inner.events.receiver_count() > 0;
@@ -1484,6 +1528,73 @@ mod tests {
         assert_eq!(stored, ["lab_one"]);
         // Replacing a domain by itself is no clash.
         b.upsert_domain(&lab("lab_one")).await.unwrap();
+    }
+
+    /// A change that lets a stored domain back in (first in name order, it wins a clash)
+    /// would push out one served now, on every daemon that composes the stored rows: it is
+    /// refused, naming what would be lost, and nothing changes. A change that loses nothing
+    /// is made.
+    #[tokio::test]
+    async fn a_domain_change_that_would_stop_serving_another_domain_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let domain = |name: &str, tools: &[&str]| {
+            let tools: Vec<String> = tools
+                .iter()
+                .map(|t| format!(r#"{{"name": "{t}", "description": "Does {t}"}}"#))
+                .collect();
+            format!(r#"{{"name": "{name}", "tools": [{}]}}"#, tools.join(", "))
+        };
+        let state = demo_state(dir.path()).await;
+        state.upsert_domain(&domain("a_old", &["xtool"])).await.unwrap();
+        state.upsert_domain(&domain("c_new", &["ytool"])).await.unwrap();
+        // A row that clashes with both, as an older daemon could leave behind.
+        state
+            .inner
+            .db
+            .upsert_domain("b_mid", &domain("b_mid", &["xtool", "ytool"]), 1)
+            .await
+            .unwrap();
+        drop(state);
+        let state = demo_state(dir.path()).await;
+        let served = |state: &State| {
+            let view = state.inner.view.load();
+            ["a_old", "b_mid", "c_new"]
+                .into_iter()
+                .filter(|n| view.registry.find(n).is_some())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(served(&state), ["a_old", "c_new"], "b_mid is left out");
+        let version = state.inner.view.load().registry.version();
+        let refused = |e: Error, verb: &str| {
+            let status = tonic::Status::from(e);
+            assert_eq!(status.code(), tonic::Code::FailedPrecondition, "{status:?}");
+            assert_eq!(
+                status.message(),
+                format!(
+                    "{verb} domain 'a_old' would stop serving c_new: a stored domain it lets back in clashes with it. \
+                     Nothing changed; delete or fix the clashing domain first."
+                )
+            );
+        };
+        refused(
+            state
+                .upsert_domain(&domain("a_old", &["ztool"]))
+                .await
+                .unwrap_err(),
+            "Upserting",
+        );
+        refused(state.delete_domain("a_old").await.unwrap_err(), "Deleting");
+        assert_eq!(
+            state.inner.view.load().registry.version(),
+            version,
+            "nothing changed"
+        );
+        assert_eq!(state.inner.db.read_domains().await.unwrap().len(), 3);
+        // Without the left-out row, both are made.
+        state.delete_domain("b_mid").await.unwrap();
+        state.upsert_domain(&domain("a_old", &["ztool"])).await.unwrap();
+        state.delete_domain("a_old").await.unwrap();
+        assert_eq!(served(&state), ["c_new"]);
     }
 
     /// The demo registry over a SQLite database in `dir`.

@@ -57,9 +57,13 @@ pub(super) fn eval(args: &EvalArgs) -> Result<(), Failure> {
             let runtime = tokio::runtime::Handle::current();
             let stored = tokio::task::block_in_place(|| runtime.block_on(crate::db::read_stored_only(url)))
                 .map_err(|e| match e {
-                // A file that is not a database is the caller's to fix, as one without a
-                // settings table is; a server that does not answer is not.
-                crate::Error::Unavailable(why) if !crate::db::is_postgres(url) => Failure::config(why),
+                // A file that is not a database (or a damaged one) is the caller's to fix, as
+                // one without a settings table is; a locked or unreadable one is not.
+                crate::Error::Unavailable(why)
+                    if why.contains("file is not a database") || why.contains("disk image is malformed") =>
+                {
+                    Failure::config(why)
+                }
                 e => e.into(),
             })?;
             (

@@ -441,9 +441,10 @@ impl Db {
         self.upsert_domain_if(name, manifest, now_ms, |_| Ok(())).await
     }
 
-    /// [`Db::upsert_domain`] when `fits` accepts the other stored run-time domains (name,
-    /// manifest) beside it, read as the write lands (on PostgreSQL under a lock every
-    /// daemon's upsert takes); `fits`'s refusal otherwise, nothing written.
+    /// [`Db::upsert_domain`] when `fits` accepts the change to the stored run-time domains
+    /// (every row, name and manifest, by name), read as the write lands (on PostgreSQL under
+    /// a lock every daemon's run-time domain change takes); `fits`'s refusal otherwise,
+    /// nothing written.
     ///
     /// # Errors
     /// As [`Db::upsert_domain`], or what `fits` returns.
@@ -466,7 +467,19 @@ impl Db {
     /// # Errors
     /// `Unavailable` for a missing file or an unreachable server, or a database fault.
     pub async fn delete_domain(&self, name: &str) -> Result<bool> {
-        self.session().await?.delete_domain(name).await
+        self.delete_domain_if(name, |_| Ok(())).await
+    }
+
+    /// [`Db::delete_domain`] when `fits` accepts the change, as [`Db::upsert_domain_if`].
+    ///
+    /// # Errors
+    /// As [`Db::delete_domain`], or what `fits` returns.
+    pub async fn delete_domain_if(
+        &self,
+        name: &str,
+        fits: impl FnOnce(Vec<(String, String)>) -> Result<()> + Send,
+    ) -> Result<bool> {
+        self.session().await?.delete_domain(name, fits).await
     }
 
     /// Tells every other daemon on this database to re-read the settings (PostgreSQL; a
@@ -658,8 +671,8 @@ impl Session {
         dispatch!(self, read_domains())
     }
 
-    /// Stores a run-time domain's manifest when `fits` accepts the others beside it; true when
-    /// the name was new.
+    /// Stores a run-time domain's manifest when `fits` accepts the change to the stored ones;
+    /// true when the name was new.
     #[tracing::instrument(skip(self, manifest, fits))]
     pub async fn upsert_domain(
         &self,
@@ -671,10 +684,14 @@ impl Session {
         dispatch!(self, upsert_domain(name, manifest, now_ms, fits))?
     }
 
-    /// Removes a run-time domain; true when it existed.
-    #[tracing::instrument(skip(self))]
-    pub async fn delete_domain(&self, name: &str) -> Result<bool> {
-        dispatch!(self, delete_domain(name))
+    /// Removes a run-time domain when `fits` accepts the change; true when it existed.
+    #[tracing::instrument(skip(self, fits))]
+    pub async fn delete_domain(
+        &self,
+        name: &str,
+        fits: impl FnOnce(Vec<(String, String)>) -> Result<()> + Send,
+    ) -> Result<bool> {
+        dispatch!(self, delete_domain(name, fits))?
     }
 }
 

@@ -131,6 +131,10 @@ impl Store {
             .options([
                 ("statement_timeout", statement_ms.as_str()),
                 ("lock_timeout", statement_ms.as_str()),
+                // A transaction whose client went silent (a network that forgot the flow)
+                // ends on the server too, and lets go of its locks: an upsert's holds the
+                // one every daemon's upsert waits for.
+                ("idle_in_transaction_session_timeout", statement_ms.as_str()),
             ]);
         let pool = PgPoolOptions::new()
             .max_connections(MAX_CONNECTIONS)
@@ -531,19 +535,21 @@ pub(super) async fn delete_idle_conversations(pool: &PgPool, cutoff_ms: i64) -> 
         .map(|r| r.rows_affected())
 }
 
-pub(super) async fn read_domains(pool: &PgPool) -> sqlx::Result<Vec<(String, String)>> {
+pub(super) async fn read_domains(
+    conn: impl sqlx::Executor<'_, Database = sqlx::Postgres>,
+) -> sqlx::Result<Vec<(String, String)>> {
     sqlx::query_as(r#"SELECT name, manifest FROM domains ORDER BY name COLLATE "C""#)
-        .fetch_all(pool)
+        .fetch_all(conn)
         .await
 }
 
 /// The advisory lock every run-time domain upsert takes, whichever daemon makes it.
 const DOMAINS_LOCK: i64 = 0x7472_646f_6d61_696e;
 
-/// Stores a run-time domain when `fits` accepts the other stored ones beside it (its refusal
-/// otherwise, nothing written). The rows are read under a lock every daemon's upsert takes,
-/// so two daemons cannot each store a domain that fits beside what it read and clashes with
-/// the other's.
+/// Stores a run-time domain when `fits` accepts the change to the stored ones (every row, by
+/// name; its refusal otherwise, nothing written). The rows are read under a lock every
+/// daemon's run-time domain change takes, so two daemons cannot each store a domain that fits
+/// beside what it read and clashes with the other's.
 pub(super) async fn upsert_domain(
     pool: &PgPool,
     name: &str,
@@ -556,12 +562,7 @@ pub(super) async fn upsert_domain(
         .bind(DOMAINS_LOCK)
         .execute(&mut *tx)
         .await?;
-    let others: Vec<(String, String)> =
-        sqlx::query_as(r#"SELECT name, manifest FROM domains WHERE name <> $1 ORDER BY name COLLATE "C""#)
-            .bind(name)
-            .fetch_all(&mut *tx)
-            .await?;
-    if let Err(refused) = fits(others) {
+    if let Err(refused) = fits(read_domains(&mut *tx).await?) {
         // Dropped uncommitted: rolled back.
         return Ok(Err(refused));
     }
@@ -580,12 +581,29 @@ pub(super) async fn upsert_domain(
     Ok(Ok(inserted))
 }
 
-pub(super) async fn delete_domain(pool: &PgPool, name: &str) -> sqlx::Result<bool> {
-    sqlx::query("DELETE FROM domains WHERE name = $1")
+/// Removes a run-time domain when `fits` accepts the change (as [`upsert_domain`], under the
+/// same lock); true when it existed.
+pub(super) async fn delete_domain(
+    pool: &PgPool,
+    name: &str,
+    fits: impl FnOnce(Vec<(String, String)>) -> Result<()>,
+) -> sqlx::Result<Result<bool>> {
+    let mut tx = pool.begin().await?;
+    sqlx::query("SELECT pg_advisory_xact_lock($1)")
+        .bind(DOMAINS_LOCK)
+        .execute(&mut *tx)
+        .await?;
+    if let Err(refused) = fits(read_domains(&mut *tx).await?) {
+        return Ok(Err(refused));
+    }
+    let deleted = sqlx::query("DELETE FROM domains WHERE name = $1")
         .bind(name)
-        .execute(pool)
-        .await
-        .map(|r| r.rows_affected() > 0)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected()
+        > 0;
+    tx.commit().await?;
+    Ok(Ok(deleted))
 }
 
 /// Creates an empty database `name` on the server `admin_url` reaches (tests give each test

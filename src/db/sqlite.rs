@@ -541,9 +541,9 @@ pub(super) async fn read_domains(pool: &SqlitePool) -> sqlx::Result<Vec<(String,
         .await
 }
 
-/// Stores a run-time domain when `fits` accepts the other stored ones beside it (its refusal
-/// otherwise, nothing written). A file has one daemon, whose run-time changes are serialised
-/// in memory: the rows are read before the write.
+/// Stores a run-time domain when `fits` accepts the change to the stored ones (every row, by
+/// name; its refusal otherwise, nothing written). A file has one daemon, whose run-time
+/// changes are serialised in memory: the rows are read before the write.
 pub(super) async fn upsert_domain(
     pool: &SqlitePool,
     name: &str,
@@ -551,12 +551,7 @@ pub(super) async fn upsert_domain(
     now_ms: i64,
     fits: impl FnOnce(Vec<(String, String)>) -> Result<()>,
 ) -> sqlx::Result<Result<bool>> {
-    let others: Vec<(String, String)> =
-        sqlx::query_as("SELECT name, manifest FROM domains WHERE name <> ?1 ORDER BY name")
-            .bind(name)
-            .fetch_all(pool)
-            .await?;
-    if let Err(refused) = fits(others) {
+    if let Err(refused) = fits(read_domains(pool).await?) {
         return Ok(Err(refused));
     }
     // Writes first: a transaction that reads before it writes cannot wait for the write
@@ -586,7 +581,16 @@ pub(super) async fn upsert_domain(
     .map(Ok)
 }
 
-pub(super) async fn delete_domain(pool: &SqlitePool, name: &str) -> sqlx::Result<bool> {
+/// Removes a run-time domain when `fits` accepts the change (as [`upsert_domain`]); true when
+/// it existed.
+pub(super) async fn delete_domain(
+    pool: &SqlitePool,
+    name: &str,
+    fits: impl FnOnce(Vec<(String, String)>) -> Result<()>,
+) -> sqlx::Result<Result<bool>> {
+    if let Err(refused) = fits(read_domains(pool).await?) {
+        return Ok(Err(refused));
+    }
     // In a transaction, as every write here: one cut before its commit leaves nothing done.
     in_transaction(pool, async |tx| {
         sqlx::query("DELETE FROM domains WHERE name = ?1")
@@ -596,4 +600,5 @@ pub(super) async fn delete_domain(pool: &SqlitePool, name: &str) -> sqlx::Result
             .map(|r| r.rows_affected() > 0)
     })
     .await
+    .map(Ok)
 }

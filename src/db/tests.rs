@@ -274,8 +274,8 @@ async fn domains_are_stored_replaced_read_by_name_and_deleted(f: Fixture) {
             ("b".into(), "{\"name\":\"b\",\"core\":true}".into())
         ]
     );
-    assert!(db.delete_domain("a").await.unwrap());
-    assert!(!db.delete_domain("a").await.unwrap(), "already gone");
+    assert!(db.delete_domain("a", fits).await.unwrap());
+    assert!(!db.delete_domain("a", fits).await.unwrap(), "already gone");
     assert_eq!(db.read_domains().await.unwrap().len(), 1);
 }
 

@@ -6,7 +6,7 @@
 
 pub mod manifest;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 
 use crate::error::{ManifestError, ManifestErrors, Result};
@@ -180,13 +180,29 @@ impl Registry {
     /// and returned with every problem (the checks of [`Registry::new`]).
     pub fn compose(base: Vec<Domain>, extra: Vec<Domain>) -> (Registry, Vec<(Domain, ManifestErrors)>) {
         let mut domains = base;
+        // The names taken so far, so each extra domain is checked once against them (the full
+        // check, which names what clashes, runs only for one that does not fit).
+        let mut names: HashSet<String> = domains.iter().map(|d| d.name.clone()).collect();
+        let mut tools: HashSet<String> = domains
+            .iter()
+            .flat_map(|d| d.tools.iter().map(|t| t.name.clone()))
+            .collect();
         let mut left_out = Vec::new();
         for d in extra {
+            let mut own = HashSet::new();
+            let fits = !names.contains(&d.name)
+                && d.tools
+                    .iter()
+                    .all(|t| !tools.contains(&t.name) && own.insert(t.name.as_str()));
+            if fits {
+                names.insert(d.name.clone());
+                tools.extend(d.tools.iter().map(|t| t.name.clone()));
+                domains.push(d);
+                continue;
+            }
             domains.push(d);
             let errors = conflicts(&domains);
-            if !errors.is_empty()
-                && let Some(d) = domains.pop()
-            {
+            if let Some(d) = domains.pop() {
                 left_out.push((d, ManifestErrors(errors)));
             }
         }
