@@ -272,22 +272,33 @@ pub enum Error {
     Internal(String),
 }
 
+/// Whether [`echo`] escapes a character: a control character (Unicode Cc), a line or
+/// paragraph separator (Zl, Zp), or an invisible format character that changes how a line
+/// reads (zero-width ones, bidirectional overrides and isolates, the byte-order mark).
+fn escaped(c: char) -> bool {
+    c.is_control()
+        || matches!(c,
+            '\u{00AD}' | '\u{061C}' | '\u{180E}' | '\u{200B}'..='\u{200F}' | '\u{2028}'..='\u{202E}'
+            | '\u{2060}'..='\u{2064}' | '\u{2066}'..='\u{206F}' | '\u{FEFF}' | '\u{FFF9}'..='\u{FFFB}')
+}
+
 /// The most characters of a caller's value an error message repeats (SPEC §5).
 pub(crate) const MAX_ECHO_CHARS: usize = 128;
 
 /// A caller's value as an error message may repeat it: cut to [`MAX_ECHO_CHARS`] characters
 /// with `…` appended, so an error never grows with the input (some gRPC clients refuse
-/// large status messages), and its control characters escaped (`\n`, `\u{0}`), so a value
-/// cannot break the message's line or pass for another line of output.
+/// large status messages), and its control characters, line and paragraph separators and
+/// invisible format characters escaped (`\n`, `\u{2028}`, `\u{202e}`), so a value cannot
+/// break the message's line, pass for another line of output, or reorder how it displays.
 pub(crate) fn echo(value: &str) -> std::borrow::Cow<'_, str> {
     let cut = value.char_indices().nth(MAX_ECHO_CHARS).map(|(at, _)| at);
     let kept = &value[..cut.unwrap_or(value.len())];
-    if cut.is_none() && !kept.chars().any(char::is_control) {
+    if cut.is_none() && !kept.chars().any(escaped) {
         return kept.into();
     }
     let mut out = String::with_capacity(kept.len() + 3);
     for c in kept.chars() {
-        if c.is_control() {
+        if escaped(c) {
             out.extend(c.escape_debug());
         } else {
             out.push(c);
@@ -511,6 +522,13 @@ mod tests {
             // Control characters escaped: a value keeps to its line.
             ("a\nb\u{0}c\td".into(), "a\\nb\\0c\\td".into()),
             (format!("{}\n", "x".repeat(128)), format!("{}…", "x".repeat(128))),
+            // Separators and invisible format characters likewise: no forged line, no
+            // reordered display; other letters and emoji as they are.
+            (
+                "a\u{2028}b\u{2029}c\u{202e}d\u{200b}e\u{feff}f\u{85}g".into(),
+                "a\\u{2028}b\\u{2029}c\\u{202e}d\\u{200b}e\\u{feff}f\\u{85}g".into(),
+            ),
+            ("名前 ключ 🎬".into(), "名前 ключ 🎬".into()),
         ];
         for (value, want) in cases {
             assert_eq!(echo(value), want.as_str(), "{} chars", value.chars().count());

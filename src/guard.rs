@@ -32,6 +32,16 @@ use tower_service::Service;
 /// Paths under this prefix (gRPC health) skip the guard.
 const HEALTH_PREFIX: &str = "/grpc.health.v1.Health/";
 
+/// The streamed answers (server and bidirectional streams): each holds one of the open
+/// streams the guard allows for as long as it is open (health's too), and the call log's
+/// line and count wait for its end.
+pub(crate) const STREAMS: &[&str] = &[
+    "/toolrouter.v1.ToolRouter/WatchRegistry",
+    "/grpc.health.v1.Health/Watch",
+    "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+    "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+];
+
 /// The policy; a tower layer. Cloning is shallow.
 #[derive(Clone)]
 pub(crate) struct Guard {
@@ -48,6 +58,9 @@ struct Policy {
     /// Tokens bound to a profile.
     bound: Vec<(Box<[u8]>, Arc<str>)>,
     permits: Arc<Semaphore>,
+    /// Open streams, each held until its answer ends: a stream outlives its call's permit,
+    /// and streams nobody reads must not add up without bound (health's need no token).
+    streams: Arc<Semaphore>,
     max_concurrent: usize,
     timeout: Duration,
     /// Set when the server starts draining: new calls are refused from then on.
@@ -72,6 +85,7 @@ impl Guard {
                     .map(|&(t, p)| (t.as_bytes().into(), p.into()))
                     .collect(),
                 permits: Arc::new(Semaphore::new(max_concurrent)),
+                streams: Arc::new(Semaphore::new(max_concurrent)),
                 max_concurrent,
                 timeout,
                 draining: AtomicBool::new(false),
@@ -152,7 +166,7 @@ where
     B: Send + 'static,
     R: Default + Send + 'static,
 {
-    type Response = http::Response<R>;
+    type Response = http::Response<Held<R>>;
     type Error = S::Error;
     type Future = BoxFuture<Self::Response, Self::Error>;
 
@@ -161,12 +175,35 @@ where
     }
 
     fn call(&mut self, mut request: http::Request<B>) -> Self::Future {
+        let refuse = |status: Status| -> Self::Future {
+            Box::pin(async move { Ok(status.into_http::<R>().map(Held::from)) })
+        };
+        // A stream holds one of the open streams allowed until its answer ends.
+        let stream = if STREAMS.contains(&request.uri().path()) {
+            match self.policy.streams.clone().try_acquire_owned() {
+                Ok(held) => Some(held),
+                Err(_) => {
+                    return refuse(Status::resource_exhausted(format!(
+                        "The daemon is at its limit of {} open streams; retry shortly.",
+                        self.policy.max_concurrent
+                    )));
+                }
+            }
+        } else {
+            None
+        };
+        let held = move |response: http::Response<R>| {
+            response.map(|inner| Held {
+                inner,
+                _stream: stream,
+            })
+        };
         if request.uri().path().starts_with(HEALTH_PREFIX) {
             // No token, no shedding, no refusal while draining; but the request must arrive
             // within the timeout, or a stream whose request is never finished is held for good.
-            return Box::pin(within(self.policy.timeout, self.inner.call(request)));
+            let answer = within(self.policy.timeout, self.inner.call(request));
+            return Box::pin(async move { answer.await.map(held) });
         }
-        let refuse = |status: Status| -> Self::Future { Box::pin(async move { Ok(status.into_http()) }) };
         match self.policy.authorize(request.headers()) {
             Ok(None) => {}
             Ok(Some(profile)) => {
@@ -192,8 +229,47 @@ where
         let timeout = self.policy.timeout;
         Box::pin(async move {
             let _permit = permit;
-            within(timeout, inner.call(request)).await
+            within(timeout, inner.call(request)).await.map(held)
         })
+    }
+}
+
+/// An answer's body, holding its stream's place among the open streams allowed (if it is
+/// one) until it is dropped.
+pub(crate) struct Held<R> {
+    inner: R,
+    _stream: Option<tokio::sync::OwnedSemaphorePermit>,
+}
+
+impl<R> From<R> for Held<R> {
+    fn from(inner: R) -> Self {
+        Held { inner, _stream: None }
+    }
+}
+
+impl<R: Default> Default for Held<R> {
+    fn default() -> Self {
+        R::default().into()
+    }
+}
+
+impl<R: http_body::Body + Unpin> http_body::Body for Held<R> {
+    type Data = R::Data;
+    type Error = R::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
     }
 }
 

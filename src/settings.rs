@@ -195,7 +195,7 @@ impl Shared {
                 if previous.failure.is_some() {
                     tracing::info!("the settings table is readable again");
                 }
-                let snapshot = Arc::new(Snapshot::new(rows));
+                let snapshot = Arc::new(Snapshot::after(rows, &previous.snapshot));
                 warn_if_ignored(&snapshot, Some(&previous.snapshot));
                 self.current.store(Arc::new(Cached {
                     snapshot: snapshot.clone(),
@@ -434,15 +434,35 @@ pub(crate) mod tests {
             assert!(s.disabled_problem().is_some(), "{value}");
             cache.invalidate().await.unwrap();
         }
+        // More names or globs than allowed: ignored too, saying why.
+        let many: Vec<String> = (0..=crate::router::MAX_DISABLED_PATTERNS)
+            .map(|i| format!("t{i}_*"))
+            .collect();
+        ui.set_setting(key, &serde_json::to_string(&many).unwrap())
+            .await
+            .unwrap();
+        let s = cache.invalidate().await.unwrap();
+        assert!(s.disabled().is_empty());
+        assert!(
+            s.disabled_problem()
+                .is_some_and(|p| p.contains("holds 4097 names or globs; at most 4096")),
+            "{:?}",
+            s.disabled_problem()
+        );
         ui.set_setting(key, r#"["a*", "b"]"#).await.unwrap();
         let s = cache.invalidate().await.unwrap();
         assert_eq!(s.disabled().as_slice(), ["a*", "b"]);
         assert!(s.disabled().matches("abc") && !s.disabled().matches("bc"));
+        // Re-read with the same value (another setting changed), it is not compiled again.
+        ui.set_setting("other", "x").await.unwrap();
+        let again = cache.invalidate().await.unwrap();
+        assert!(again.is_set("other"));
+        assert!(again.disabled().shares_compiled(s.disabled()));
 
         let text = logs.text();
         assert_eq!(
             text.matches("ignoring the disabled tools setting").count(),
-            4,
+            5,
             "once per value, not per re-read:\n{text}"
         );
     }

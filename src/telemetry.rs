@@ -540,7 +540,7 @@ where
             // one the call succeeded (OK travels in the trailers), unless it is a stream,
             // whose status comes at its end.
             let status = tonic::Status::from_header_map(response.headers());
-            if status.is_none() && STREAMS.contains(&call.path.as_str()) {
+            if status.is_none() && crate::guard::STREAMS.contains(&call.path.as_str()) {
                 return Ok(response.map(|body| LoggedBody {
                     inner: body,
                     stream: Some((call, conversation)),
@@ -563,15 +563,6 @@ where
         })
     }
 }
-
-/// The streamed answers (server and bidirectional streams): their line and count wait for
-/// the stream's end.
-const STREAMS: &[&str] = &[
-    "/toolrouter.v1.ToolRouter/WatchRegistry",
-    "/grpc.health.v1.Health/Watch",
-    "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
-    "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
-];
 
 /// A call as the call log ends it: one line and one count, whichever way it ends.
 struct Ended {
@@ -1183,11 +1174,10 @@ fn transport_refusals_in_the_contracts_codes<R>(response: &mut http::Response<R>
 /// tonic's words for a request body that is not one gRPC message (its framing is the
 /// caller's, so `INVALID_ARGUMENT`), as the contract says them; `None` for any other text.
 fn not_one_message(tonic_message: &str) -> Option<String> {
-    let what = if tonic_message
-        .starts_with("protocol error: received message with compressed-flag but no grpc-encoding")
+    // (A message flagged compressed in a call that names no encoding stays `INTERNAL`: gRPC's
+    // compression rules say it MUST.)
+    let what = if tonic_message.starts_with("protocol error: received message with invalid compression flag")
     {
-        "its message is flagged compressed, but the call names no grpc-encoding"
-    } else if tonic_message.starts_with("protocol error: received message with invalid compression flag") {
         "its message's compressed flag is neither 0 nor 1"
     } else if tonic_message == "Unexpected EOF decoding stream." {
         "it ends before the message its length prefix announces"

@@ -25,7 +25,25 @@ pub struct Snapshot {
 impl Snapshot {
     /// A snapshot of these rows.
     pub fn new(rows: impl IntoIterator<Item = (String, String)>) -> Snapshot {
-        let values: HashMap<String, String> = rows.into_iter().collect();
+        Snapshot::of(rows.into_iter().collect(), None)
+    }
+
+    /// A snapshot of these rows read after `previous`: disabled tools that did not change
+    /// are taken as `previous` compiled them (thousands of globs take a second to compile).
+    pub fn after(rows: impl IntoIterator<Item = (String, String)>, previous: &Snapshot) -> Snapshot {
+        Snapshot::of(rows.into_iter().collect(), Some(previous))
+    }
+
+    fn of(values: HashMap<String, String>, previous: Option<&Snapshot>) -> Snapshot {
+        let unchanged =
+            previous.filter(|p| p.values.get(DISABLED_TOOLS_KEY) == values.get(DISABLED_TOOLS_KEY));
+        if let Some(p) = unchanged {
+            return Snapshot {
+                disabled: p.disabled.clone(),
+                disabled_problem: p.disabled_problem.clone(),
+                values,
+            };
+        }
         let (disabled, disabled_problem) = match values.get(DISABLED_TOOLS_KEY) {
             Some(v) if !v.trim().is_empty() => match disabled_tools(v) {
                 Ok(p) => (p, None),
@@ -88,10 +106,20 @@ pub fn refused_setting(key: &str, value: &str) -> Option<String> {
         .flatten()
 }
 
+/// The most names or globs the disabled-tools value may hold: past it a value is ignored, as
+/// an invalid one is (forty thousand globs took a second and 400 MB to compile).
+pub const MAX_DISABLED_PATTERNS: usize = 4096;
+
 /// Parses the disabled-tools value: a JSON array of non-empty tool names or globs.
 fn disabled_tools(value: &str) -> Result<Patterns, String> {
     let names: Vec<String> = serde_json::from_str(value)
         .map_err(|e| format!("`{DISABLED_TOOLS_KEY}` must be a JSON array of tool names or globs ({e})"))?;
+    if names.len() > MAX_DISABLED_PATTERNS {
+        return Err(format!(
+            "`{DISABLED_TOOLS_KEY}` holds {} names or globs; at most {MAX_DISABLED_PATTERNS} (use globs that cover several)",
+            names.len()
+        ));
+    }
     if names.iter().any(|n| n.trim().is_empty()) {
         return Err(format!("`{DISABLED_TOOLS_KEY}` holds an empty name"));
     }

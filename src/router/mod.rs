@@ -9,7 +9,7 @@ pub mod budget;
 mod conversation;
 pub mod policy;
 
-pub use activation::{Activation, DISABLED_TOOLS_KEY, Snapshot, refused_setting};
+pub use activation::{Activation, DISABLED_TOOLS_KEY, MAX_DISABLED_PATTERNS, Snapshot, refused_setting};
 pub(crate) use conversation::Mark;
 pub use conversation::{Conversation, Member};
 pub use policy::{Patterns, Profile, ProfileId, Profiles};

@@ -10,8 +10,9 @@ use crate::registry::{Tier, Tool};
 /// Glob patterns over names (`*`, `?`, `[...]`, `{a,b}`); none matches nothing.
 #[derive(Debug, Clone, Default)]
 pub struct Patterns {
-    set: GlobSet,
-    patterns: Vec<String>,
+    /// Shared: a snapshot re-read with the same patterns reuses them compiled.
+    set: std::sync::Arc<GlobSet>,
+    patterns: std::sync::Arc<[String]>,
 }
 
 impl PartialEq for Patterns {
@@ -35,9 +36,15 @@ impl Patterns {
             .build()
             .map_err(|e| format!("the patterns cannot be compiled: {e}"))?;
         Ok(Patterns {
-            set,
-            patterns: patterns.to_vec(),
+            set: set.into(),
+            patterns: patterns.into(),
         })
+    }
+
+    /// Whether two are the same compiled patterns (not just equal ones).
+    #[cfg(test)]
+    pub(crate) fn shares_compiled(&self, other: &Patterns) -> bool {
+        std::sync::Arc::ptr_eq(&self.set, &other.set)
     }
 
     /// Whether there are no patterns.

@@ -230,3 +230,52 @@ async fn a_watcher_hears_of_a_settings_write_while_upkeep_waits_on_the_database(
     assert_eq!(event.active_domains, ["a", "b"]);
     assert!(waited < Duration::from_millis(1_000), "heard after {waited:?}");
 }
+
+/// Open streams are bounded like calls (`--max-concurrent-requests`), health's too though it
+/// takes no token: streams nobody reads cannot add up without bound. A stream's place is
+/// freed when it ends, and calls go on while the streams are full.
+#[tokio::test]
+async fn open_streams_are_bounded_and_a_closed_one_frees_its_place() {
+    use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
+    let mut app = TestApp::builder()
+        .manifests(&[("a.json", A), ("b.json", B)])
+        .config(|c| c.max_concurrent_requests = 3)
+        .spawn()
+        .await;
+    let channel = app.connection().channel().await.unwrap();
+    let health_watch = || {
+        let channel = channel.clone();
+        async move {
+            HealthClient::new(channel)
+                .watch(HealthCheckRequest {
+                    service: String::new(),
+                })
+                .await
+        }
+    };
+    let first = app.watch("").await.unwrap();
+    let _second = app.watch("").await.unwrap();
+    let _third = health_watch().await.unwrap();
+    let err = app.watch("").await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::ResourceExhausted, "{err:?}");
+    assert_eq!(
+        err.message(),
+        "The daemon is at its limit of 3 open streams; retry shortly."
+    );
+    let err = health_watch().await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::ResourceExhausted, "{err:?}");
+    assert!(app.try_route("alpha", "").await.is_ok(), "calls go on");
+    drop(first);
+    // The daemon sees the stream reset a moment later.
+    let mut again = None;
+    for _ in 0..50 {
+        match app.watch("").await {
+            Ok(s) => {
+                again = Some(s);
+                break;
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    }
+    assert!(again.is_some(), "a closed stream's place is free again");
+}
