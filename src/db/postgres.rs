@@ -546,6 +546,22 @@ pub(super) async fn read_domains(
 /// The advisory lock every run-time domain upsert takes, whichever daemon makes it.
 const DOMAINS_LOCK: i64 = 0x7472_646f_6d61_696e;
 
+/// A transaction holding the lock every run-time domain change takes, once `fits` accepted
+/// the rows as stored (every row, by name); `fits`'s refusal otherwise (the transaction
+/// dropped uncommitted: rolled back).
+async fn checked_under_lock(
+    pool: &PgPool,
+    fits: impl FnOnce(Vec<(String, String)>) -> Result<()>,
+) -> sqlx::Result<Result<sqlx::Transaction<'static, sqlx::Postgres>>> {
+    let mut tx = pool.begin().await?;
+    sqlx::query("SELECT pg_advisory_xact_lock($1)")
+        .bind(DOMAINS_LOCK)
+        .execute(&mut *tx)
+        .await?;
+    let checked = fits(read_domains(&mut *tx).await?);
+    Ok(checked.map(|()| tx))
+}
+
 /// Stores a run-time domain when `fits` accepts the change to the stored ones (every row, by
 /// name; its refusal otherwise, nothing written). The rows are read under a lock every
 /// daemon's run-time domain change takes, so two daemons cannot each store a domain that fits
@@ -557,15 +573,10 @@ pub(super) async fn upsert_domain(
     now_ms: i64,
     fits: impl FnOnce(Vec<(String, String)>) -> Result<()>,
 ) -> sqlx::Result<Result<bool>> {
-    let mut tx = pool.begin().await?;
-    sqlx::query("SELECT pg_advisory_xact_lock($1)")
-        .bind(DOMAINS_LOCK)
-        .execute(&mut *tx)
-        .await?;
-    if let Err(refused) = fits(read_domains(&mut *tx).await?) {
-        // Dropped uncommitted: rolled back.
-        return Ok(Err(refused));
-    }
+    let mut tx = match checked_under_lock(pool, fits).await? {
+        Ok(tx) => tx,
+        Err(refused) => return Ok(Err(refused)),
+    };
     // `xmax` is 0 on a row this statement inserted, and set on one it updated.
     let (inserted,): (bool,) = sqlx::query_as(
         "INSERT INTO domains (name, manifest, updated_at) VALUES ($1, $2, $3) \
@@ -588,14 +599,10 @@ pub(super) async fn delete_domain(
     name: &str,
     fits: impl FnOnce(Vec<(String, String)>) -> Result<()>,
 ) -> sqlx::Result<Result<bool>> {
-    let mut tx = pool.begin().await?;
-    sqlx::query("SELECT pg_advisory_xact_lock($1)")
-        .bind(DOMAINS_LOCK)
-        .execute(&mut *tx)
-        .await?;
-    if let Err(refused) = fits(read_domains(&mut *tx).await?) {
-        return Ok(Err(refused));
-    }
+    let mut tx = match checked_under_lock(pool, fits).await? {
+        Ok(tx) => tx,
+        Err(refused) => return Ok(Err(refused)),
+    };
     let deleted = sqlx::query("DELETE FROM domains WHERE name = $1")
         .bind(name)
         .execute(&mut *tx)
