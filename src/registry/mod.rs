@@ -403,17 +403,20 @@ impl Registry {
                     ));
                 }
                 out.extend(long(&format!("tool `{}`", t.name), &t.description));
-                if let Some(key) = anthropic_refused_property(&t.input_schema_json) {
+                // Read once for both checks (valid JSON: checked at load).
+                let schema: serde_json::Value =
+                    serde_json::from_str(&t.input_schema_json).unwrap_or_default();
+                if let Some(key) = anthropic_refused_property(&schema) {
                     out.push(warning(
                         d.source.clone(),
                         format!(
                             "tool `{}`'s input schema has a property named `{}`: Anthropic refuses a property name outside `a-z A-Z 0-9 _ . -` or over 64 characters, and the whole request that carries it (rename it)",
                             t.name,
-                            crate::error::echo(&key)
+                            crate::error::echo(key)
                         ),
                     ));
                 }
-                if let Some(key) = top_level_combinator(&t.input_schema_json) {
+                if let Some(key) = top_level_combinator(&schema) {
                     out.push(warning(
                         d.source.clone(),
                         format!(
@@ -635,28 +638,23 @@ pub(crate) const RESERVED_TOOL_NAMES: [&str; 2] = [LOAD_TOOL_GROUP, SEARCH_TOOLS
 
 /// The first keyword of a schema's top level that OpenAI ("must not have 'oneOf'/'anyOf'/
 /// 'allOf'/'enum'/'not' at the top level") or Anthropic (no `oneOf`, `allOf` or `anyOf` at
-/// the top level) refuses. The text is parsed only when it names one of them.
-fn top_level_combinator(schema_json: &str) -> Option<&'static str> {
+/// the top level) refuses.
+fn top_level_combinator(schema: &serde_json::Value) -> Option<&'static str> {
     const REFUSED: [&str; 5] = ["anyOf", "oneOf", "allOf", "not", "enum"];
-    if !REFUSED.iter().any(|k| schema_json.contains(k)) {
-        return None;
-    }
-    let schema: serde_json::Value = serde_json::from_str(schema_json).ok()?;
     let top = schema.as_object()?;
     REFUSED.into_iter().find(|k| top.contains_key(*k))
 }
 
 /// The first of a schema's top-level property names that Anthropic refuses: each must match
 /// `^[a-zA-Z0-9_.-]{1,64}$` ("Property keys should match pattern ...").
-fn anthropic_refused_property(schema_json: &str) -> Option<String> {
-    let schema: serde_json::Value = serde_json::from_str(schema_json).ok()?;
+fn anthropic_refused_property(schema: &serde_json::Value) -> Option<&str> {
     let properties = schema.get("properties")?.as_object()?;
     let accepted = |k: &str| {
         (1..=64).contains(&k.len())
             && k.bytes()
                 .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
     };
-    properties.keys().find(|k| !accepted(k)).cloned()
+    properties.keys().map(String::as_str).find(|k| !accepted(k))
 }
 
 fn warning(path: String, message: String) -> ManifestError {
