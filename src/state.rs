@@ -371,7 +371,6 @@ pub struct Searched {
     pub newly_loaded: Vec<DomainId>,
 }
 
-/// Runs pure, CPU-bound work (parsing, building a registry) on the blocking pool.
 /// Runs a change of the stored domains to its end, its caller gone or not: the database
 /// write and the registry swap that follows it go together. A call cut at its deadline
 /// between the two (a write waiting on a lock another writer held, then committing) left
@@ -384,6 +383,7 @@ async fn to_the_end<T: Send + 'static>(
         .map_err(|e| Error::Internal(format!("a registry change failed: {e}")))?
 }
 
+/// Runs pure, CPU-bound work (parsing, building a registry) on the blocking pool.
 async fn blocking<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> Result<T> {
     tokio::task::spawn_blocking(work)
         .await

@@ -439,18 +439,18 @@ const CLAUSE_BREAKS: &[&str] = &["and", "then", "also", "plus", "afterwards", "f
 /// Whether a comma (`,`, or the full-width, ideographic or Arabic one) comes next in `rest`
 /// before any letter or digit (past spaces and symbols: "thanks 🙏, pause the film").
 pub(crate) fn comma_follows(rest: &str) -> bool {
-    rest.chars()
-        .take(16)
-        .find(|&c| c.is_alphanumeric() || matches!(c, ',' | '，' | '、' | '،'))
-        .is_some_and(|c| !c.is_alphanumeric())
+    comma_first(rest.chars())
 }
 
 /// Whether a comma comes last in `before` after any letter or digit (past spaces and
 /// symbols: "pause 🎬, thanks"): [`comma_follows`] read backwards.
 pub(crate) fn comma_precedes(before: &str) -> bool {
-    before
-        .chars()
-        .rev()
+    comma_first(before.chars().rev())
+}
+
+/// Whether a comma comes before any letter or digit among the first characters of `chars`.
+fn comma_first(chars: impl Iterator<Item = char>) -> bool {
+    chars
         .take(16)
         .find(|&c| c.is_alphanumeric() || matches!(c, ',' | '，' | '、' | '،'))
         .is_some_and(|c| !c.is_alphanumeric())
