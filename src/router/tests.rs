@@ -946,6 +946,21 @@ fn a_policy_routes_over_what_the_consumer_may_see() {
             loadable: &["lights", "nokw", "quiet"],
         },
         PolicyCase {
+            rule: "a disabled tool's words find nothing: search sees only what may be sent, so the message falls back",
+            profile: None,
+            disabled: Some(r#"["m2"]"#),
+            conversation: None,
+            message: "m2",
+            domains: &[
+                ("base", Core),
+                ("lights", Fallback),
+                ("media", Fallback),
+                ("nokw", Fallback),
+            ],
+            tools: &["load_tool_group", "search_tools", "b1", "l1", "m1", "n1"],
+            loadable: &["lights", "media", "nokw", "quiet"],
+        },
+        PolicyCase {
             rule: "disabled tools hide under every profile too",
             profile: Some(profile(&["lights", "media"], &[], &[], D)),
             disabled: Some(r#"["l1", "m2"]"#),

@@ -912,7 +912,9 @@ impl SearchIndex {
             candidates.extend(
                 scored
                     .drain(..)
-                    .filter(|&(_, s, _, ok)| s >= options.min_ratio * top && ok)
+                    // A domain whose matching tools the consumer cannot see scores 0: no hit,
+                    // even in a segment where nothing else scores (`top` 0 too).
+                    .filter(|&(_, s, _, ok)| s > 0.0 && s >= options.min_ratio * top && ok)
                     .map(|(d, s, tool, _)| (d, s, tool)),
             );
             candidates[from..].sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));

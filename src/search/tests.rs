@@ -354,7 +354,7 @@ fn a_tool_the_consumer_cannot_see_sets_no_bar_for_its_own_domain() {
     let mut forecast_hidden = every.clone();
     forecast_hidden[registry.tool_range(weather).start] = false;
     // (visible tools, whether radar is a candidate, domains hit)
-    let cases: [(&str, &[bool], bool, Vec<DomainId>); 4] = [
+    let cases: [(&str, &[bool], bool, Vec<DomainId>); 6] = [
         ("weather forecast temperature rain", &every, true, vec![weather]),
         // The forecast is none of weather's for this consumer: weather's visible tool is
         // measured against what the consumer may be sent, so it still comes (beside radar,
@@ -374,6 +374,10 @@ fn a_tool_the_consumer_cannot_see_sets_no_bar_for_its_own_domain() {
             vec![radar],
         ),
         ("rain radar temperature weather", &forecast_hidden, false, vec![]),
+        // Only the hidden tool has the words: its domain scores nothing the consumer may be
+        // sent, and nothing is a hit (the message falls back, as if the tool were not there).
+        ("forecast for a city", &every, true, vec![weather]),
+        ("forecast for a city", &forecast_hidden, true, vec![]),
     ];
     for (message, visible, radar_candidate, want) in cases {
         let mut got: Vec<DomainId> = index
