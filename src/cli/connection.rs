@@ -242,6 +242,16 @@ impl Connection {
                 "invalid --addr {addr:?}: port {port} is not between 0 and 65535"
             )));
         }
+        // gRPC calls go to `/package.Service/Method` at the authority: a path or query in the
+        // address would be dropped without a word.
+        if let Some(rest) = endpoint.uri().path_and_query()
+            && rest.as_str() != "/"
+        {
+            return Err(Error::Config(format!(
+                "invalid --addr {addr:?}: a daemon's address has no path or query ({rest}); use \
+                 host:port, http://host:port or https://host:port"
+            )));
+        }
         let mut endpoint = endpoint
             .connect_timeout(timeout)
             // Every call gets a deadline, sent to the daemon as `grpc-timeout` too, so a

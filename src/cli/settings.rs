@@ -63,10 +63,24 @@ pub(super) async fn settings(
     // this could write a database it does not use.
     let daemon = match conn.client().await {
         Ok(mut c) => match within(conn, c.describe_server(proto::DescribeServerRequest {})).await {
-            // Silent: as good as none.
-            None => None,
             Some(Ok(r)) => Some(r),
-            Some(Err(s)) if s.code() == tonic::Code::Unavailable || opts.database.is_some() => None,
+            _ if opts.database.is_some() => None,
+            // Connected, then no answer in time (a daemon stopped or overloaded) or none at
+            // all: a daemon is there, and the default database may not be its own.
+            None => {
+                return Err(Failure::config(format!(
+                    "the daemon at {addr} did not say within {} which database it uses: pass \
+                     --database to name the database, or a longer --timeout",
+                    humantime::format_duration(conn.timeout())
+                )));
+            }
+            Some(Err(s)) if s.code() == tonic::Code::Unavailable => {
+                return Err(Failure::config(format!(
+                    "the daemon at {addr} did not say which database it uses ({}): pass \
+                     --database to name the database, or try again",
+                    s.message()
+                )));
+            }
             Some(Err(s)) => {
                 return Err(Failure::config(format!(
                     "the daemon at {addr} did not say which database it uses ({:?}: {}): pass \

@@ -73,6 +73,16 @@ async fn a_wrong_flag_exits_2_and_an_unreachable_daemon_exits_1_with_one_line() 
         stderr.contains("port 99999 is not between 0 and 65535"),
         "{stderr}"
     );
+    // A path or query would be dropped: gRPC calls go to the authority.
+    for addr in ["http://127.0.0.1:1/api", "127.0.0.1:1/x?y=1", "https://h:1?q"] {
+        let out = run(dir.path(), &["groups", "--addr", addr]).await;
+        assert_eq!(out.status.code(), Some(2), "{addr}: {}", shown(&out));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("has no path or query"), "{addr}: {stderr}");
+    }
+    // A trailing slash is no path.
+    let out = run(dir.path(), &["groups", "--addr", "http://127.0.0.1:1/"]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", shown(&out));
 }
 
 #[tokio::test]

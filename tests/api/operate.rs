@@ -476,38 +476,51 @@ fn http2_port_that_never_answers() -> String {
 }
 
 #[tokio::test]
-async fn settings_takes_a_daemon_that_never_answers_for_no_daemon() {
+async fn settings_refuses_to_guess_when_a_daemon_never_answers_and_writes_a_named_database() {
     let dir = temp_dir();
     let addr = http2_port_that_never_answers();
     // Whichever deadline ends the DescribeServer call (the client's own, the channel's sent as
-    // grpc-timeout), a daemon that says nothing names no database: the default one is written.
-    let out = run(
-        dir.path(),
-        &[
-            "settings",
-            "--addr",
-            &addr,
-            "--timeout",
-            "1s",
-            "--create",
-            "set",
-            "k",
-            "v",
-        ],
-    )
-    .await;
+    // grpc-timeout), a daemon is there (stopped, or overloaded) that did not name its
+    // database: the default one may not be it, so nothing is written.
+    let set = [
+        "settings",
+        "--addr",
+        &addr,
+        "--timeout",
+        "1s",
+        "--create",
+        "set",
+        "k",
+        "v",
+    ];
+    let out = run(dir.path(), &set).await;
+    assert_eq!(out.status.code(), Some(2), "{}", shown(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "the daemon at {addr} did not say within 1s which database it uses: pass --database"
+        )),
+        "{stderr}"
+    );
+    assert!(
+        !dir.path().join("toolrouter.db").exists(),
+        "no database is written"
+    );
+    // With --database named, it is written; the re-read request meets the same silence: a
+    // note, not a failure.
+    let db = dir.path().join("named.db");
+    let url = sqlite_url(&db);
+    let mut named = set.to_vec();
+    named.splice(3..3, ["--database", url.as_str()]);
+    let out = run(dir.path(), &named).await;
     assert_eq!(out.status.code(), Some(0), "{}", shown(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("set k"), "{stdout}");
-    // The re-read request meets the same silence: a note, not a failure.
     assert!(
         stdout.contains(&format!("no answer from {addr} within 1s")),
         "{stdout}"
     );
-    assert!(
-        dir.path().join("toolrouter.db").exists(),
-        "the default database is written"
-    );
+    assert!(db.exists(), "the named database is written");
 }
 
 #[tokio::test]
