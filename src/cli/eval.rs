@@ -27,8 +27,8 @@ pub struct EvalArgs {
 
 pub(super) fn eval(args: &EvalArgs) -> Result<(), Failure> {
     use crate::eval::Figures;
-    // Nothing is served: the address, TLS files and tokens a shell set for `serve` do not
-    // stop a measurement.
+    // Nothing is served: an address in use, TLS files or tokens a shell set for `serve` do
+    // not stop a measurement (values that do not parse still do, as in `serve`).
     let config = args.serve.offline_config()?;
     if args.serve.print_config {
         out!("{}", config.to_toml());

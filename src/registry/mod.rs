@@ -382,6 +382,18 @@ impl Registry {
                     ),
                 ));
             }
+            // Matched as written (SPEC §4): a space at an end must be in the message too, beside
+            // a non-letter, so such a keyword hardly ever matches.
+            for k in d.keywords.iter().filter(|k| k.trim() != k.as_str()) {
+                out.push(warning(
+                    d.source.clone(),
+                    format!(
+                        "domain `{}`'s keyword \"{}\" begins or ends with white space, which a message must have there too: it hardly ever matches (remove the space)",
+                        d.name,
+                        crate::error::echo(k)
+                    ),
+                ));
+            }
             let long = |what: &str, text: &str| {
                 let n = text.chars().count();
                 (n > MAX_DESCRIPTION_CHARS).then(|| {

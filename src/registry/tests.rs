@@ -70,12 +70,18 @@ fn check_warns_about_missing_tiers_long_descriptions_top_level_unions_hollow_dom
         r#"{"name": "hollow", "keywords": ["void"]}"#,
     )
     .unwrap();
+    std::fs::write(
+        full.join("spaced.json"),
+        r#"{"name": "spaced", "keywords": [" smart home", "lamp", "tv\t"],
+            "tools": [{"name": "s", "description": "d", "tier": "read"}]}"#,
+    )
+    .unwrap();
     std::fs::write(full.join("quiet.json"), r#"{"name": "quiet"}"#).unwrap();
     std::fs::write(full.join("README.md"), "notes").unwrap();
     std::fs::write(full.join("b.yaml"), "name: b").unwrap();
     let (registry, warnings) = Registry::check_dirs(&[full.clone(), empty.clone()]);
     let registry = registry.expect("warnings do not fail the load");
-    assert_eq!(registry.tool_count(), 6);
+    assert_eq!(registry.tool_count(), 7);
     let shown: Vec<String> = warnings.iter().map(ToString::to_string).collect();
     let expect = [
         (
@@ -100,6 +106,14 @@ fn check_warns_about_missing_tiers_long_descriptions_top_level_unions_hollow_dom
         (
             full.join("hollow.json"),
             "domain `hollow` has keywords but no tools: a message that hits them gets no fallback",
+        ),
+        (
+            full.join("spaced.json"),
+            "domain `spaced`'s keyword \" smart home\" begins or ends with white space",
+        ),
+        (
+            full.join("spaced.json"),
+            "domain `spaced`'s keyword \"tv\\t\" begins or ends with white space",
         ),
     ];
     assert_eq!(warnings.len(), expect.len(), "{shown:#?}");
