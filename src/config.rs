@@ -372,6 +372,7 @@ impl Config {
     /// # Errors
     /// `Config` naming the setting and what to do.
     pub fn validate_serving(&self) -> Result<()> {
+        crate::db::check_writable_url(&self.database)?;
         if self.auth_token.as_deref().is_some_and(|t| t.trim().is_empty()) {
             return Err(Error::Config(
                 "the auth token is empty; give a token or leave it unset".into(),
@@ -804,6 +805,20 @@ max_tools = 40
                 },
                 "metrics_listen and listen are both 127.0.0.1:50051: metrics need an address of their own",
             ),
+            (
+                Config {
+                    database: "sqlite://t.db?mode=ro".into(),
+                    ..Config::default()
+                },
+                "database URL \"sqlite://t.db?mode=ro\" opens the file read-only (mode=ro), but the daemon stores conversations and run-time domains there: leave mode out",
+            ),
+            (
+                Config {
+                    database: "sqlite://t.db?cache=shared&immutable=1".into(),
+                    ..Config::default()
+                },
+                "database URL \"sqlite://t.db?cache=shared&immutable=1\" opens the file read-only (immutable=1), but the daemon stores conversations and run-time domains there: leave immutable out",
+            ),
         ];
         for (config, want) in limits {
             assert_eq!(config.validate().unwrap_err().to_string(), *want);
@@ -812,6 +827,7 @@ max_tools = 40
             Config {
                 max_concurrent_requests: u32::MAX as usize,
                 max_message_bytes: 1,
+                database: "sqlite://t.db?mode=rwc&immutable=0".into(),
                 ..Config::default()
             }
             .validate()

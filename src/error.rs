@@ -250,7 +250,7 @@ pub enum Error {
     #[error("database error: {}", DatabaseText(.0))]
     Database(#[from] sqlx::Error),
     /// A migration could not be applied.
-    #[error("database migration failed: {0}")]
+    #[error("database migration failed: {}", MigrateText(.0))]
     Migrate(#[from] sqlx::migrate::MigrateError),
     /// The keyword automaton could not be built.
     #[error("keyword automaton: {0}")]
@@ -372,6 +372,23 @@ impl std::fmt::Display for DatabaseText<'_> {
             return write!(f, "error returned from database: {}", pg.message());
         }
         self.0.fmt(f)
+    }
+}
+
+/// A failed migration as the operator reads it: sqlx's text, except that a migration the
+/// database holds and this build does not (a newer daemon wrote it) says so.
+struct MigrateText<'a>(&'a sqlx::migrate::MigrateError);
+
+impl std::fmt::Display for MigrateText<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            sqlx::migrate::MigrateError::VersionMissing(v) => write!(
+                f,
+                "the database holds migration {v}, which this build does not have: a newer \
+                 toolrouter wrote it (run that version, or this one on a database from before it)"
+            ),
+            e => e.fmt(f),
+        }
     }
 }
 

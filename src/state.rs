@@ -731,6 +731,15 @@ impl State {
         self.inner.view.load().registry.clone()
     }
 
+    /// Claims the SQLite file for this daemon until it exits: one daemon per file, also for
+    /// a file restored over it later (see `Db::claim`). Nothing on PostgreSQL.
+    ///
+    /// # Errors
+    /// `Unavailable` naming the file: another daemon serves it, or it cannot be written.
+    pub fn claim_database(&self) -> Result<()> {
+        self.inner.db.claim()
+    }
+
     /// Conversations held in memory now.
     pub(crate) async fn conversations_cached(&self) -> u64 {
         self.inner.conversations.cached().await

@@ -349,8 +349,8 @@ pub(super) async fn serve(args: &ServeArgs) -> Result<(), Failure> {
     let listener = crate::server::bind(config.listen, config.listen_backlog)
         .map_err(|e| Failure::runtime(format!("cannot listen on {}: {e}", config.listen)))?;
     let state = State::new(registry, &config).await?;
-    // Held until the daemon exits.
-    let _claim = crate::db::claim(&config.database)?;
+    // Held until the daemon exits, and taken on each file restored over this one.
+    state.claim_database()?;
     #[cfg(unix)]
     tokio::spawn(reload_on_sighup(hup, state.clone()));
     crate::server::serve(listener, state, &config, tls, shutdown)

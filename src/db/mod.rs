@@ -85,6 +85,29 @@ pub fn check_url(url: &str) -> Result<()> {
     Ok(())
 }
 
+/// Refuses a SQLite URL that opens the file read-only (`mode=ro`, `immutable=1`): a daemon
+/// on it would serve, and fail every load and run-time domain change.
+///
+/// # Errors
+/// `Config` naming the parameter.
+pub fn check_writable_url(url: &str) -> Result<()> {
+    if is_postgres(url) {
+        return Ok(());
+    }
+    let query = url.split_once('?').map_or("", |(_, q)| q);
+    for pair in query.split('&') {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        if (key == "mode" && value == "ro") || (key == "immutable" && matches!(value, "true" | "1")) {
+            return Err(Error::Config(format!(
+                "database URL {:?} opens the file read-only ({key}={value}), but the daemon stores \
+                 conversations and run-time domains there: leave {key} out",
+                redact_url(url)
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// What a database holds for a daemon: its settings, and the domains registered at run time
 /// (name, manifest).
 #[derive(Debug, Clone, Default)]
@@ -139,19 +162,6 @@ pub(crate) fn database_file(url: &str) -> Result<Option<PathBuf>> {
         return Ok(None);
     }
     Ok(sqlite::file_of(url)?.map(|f| absolute(&f)))
-}
-
-/// Claims a SQLite database file for this daemon until the returned file is dropped (see
-/// `sqlite::claim`); `None` for PostgreSQL, where several daemons share a database.
-///
-/// # Errors
-/// Another daemon serves the file, or it cannot be written.
-pub(crate) fn claim(url: &str) -> Result<Option<std::fs::File>> {
-    match database_file(url)? {
-        #[cfg(unix)]
-        Some(path) => sqlite::claim(&path).map(Some),
-        _ => Ok(None),
-    }
 }
 
 /// `path` made absolute, links resolved where it exists.
@@ -349,6 +359,19 @@ impl Db {
     /// cached conversation is checked against the database before use.
     pub(crate) fn shared(&self) -> bool {
         matches!(self.backend, Backend::Postgres(_))
+    }
+
+    /// Claims the SQLite file for this daemon while the database is open, and each file that
+    /// replaces it at the path before that one is used (see `sqlite::claim`); nothing for
+    /// PostgreSQL, where several daemons share a database.
+    ///
+    /// # Errors
+    /// `Unavailable`: another daemon serves the file, or it cannot be written.
+    pub(crate) fn claim(&self) -> Result<()> {
+        match &self.backend {
+            Backend::Sqlite(s) => s.claim(),
+            Backend::Postgres(_) => Ok(()),
+        }
     }
 
     /// Bumped each time the SQLite file was found replaced and reopened.

@@ -44,6 +44,9 @@ struct Inner {
     /// Held while reopening, so concurrent callers reopen once.
     reopen: tokio::sync::Mutex<()>,
     generation: AtomicU64,
+    /// The daemon's claim on the file ([`Store::claim`]): taken again on each file that
+    /// replaces it at the path before that file is used. `None` when nothing was claimed.
+    claim: std::sync::Mutex<Option<std::fs::File>>,
 }
 
 /// A pool and the file it opened, swapped together.
@@ -168,6 +171,23 @@ impl Store {
             // A load acknowledged to a client must survive a crash: commit means on disk.
             .synchronous(SqliteSynchronous::Full);
         let path = file_of(url)?;
+        // What SQLite would only call "unable to open database file".
+        if let Some(p) = &path {
+            let parent = p.parent().filter(|d| !d.as_os_str().is_empty());
+            let why = if p.is_dir() {
+                Some("it is a directory".to_string())
+            } else {
+                parent
+                    .filter(|d| !d.is_dir())
+                    .map(|d| format!("its folder {} does not exist", d.display()))
+            };
+            if let Some(why) = why {
+                return Err(Error::Unavailable(format!(
+                    "cannot open the database file {}: {why}",
+                    p.display()
+                )));
+            }
+        }
         // Named, since SQLite's own words (`unable to open database file`, `file is not a
         // database`) do not say which.
         let pool = open(&options, busy_timeout).await.map_err(|e| match &path {
@@ -190,6 +210,7 @@ impl Store {
                 current: ArcSwap::from_pointee(Opened { pool, file, log }),
                 reopen: tokio::sync::Mutex::new(()),
                 generation: AtomicU64::new(0),
+                claim: std::sync::Mutex::new(None),
             }),
         })
     }
@@ -197,6 +218,25 @@ impl Store {
     /// The database file as opened (as the URL names it); `None` for an in-memory database.
     pub(super) fn path(&self) -> Option<&Path> {
         self.inner.path.as_deref()
+    }
+
+    /// Claims the file for this daemon while the store lives (see [`claim`]), and each file
+    /// that later replaces it at the path before that one is used: a backup restored under a
+    /// running daemon is still its own alone. Nothing for an in-memory database.
+    ///
+    /// # Errors
+    /// `Unavailable` naming the file: another daemon holds it, or it cannot be written.
+    pub(super) fn claim(&self) -> Result<()> {
+        #[cfg(unix)]
+        if let Some(path) = &self.inner.path {
+            let file = claim(&super::absolute(path))?;
+            *self
+                .inner
+                .claim
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(file);
+        }
+        Ok(())
     }
 
     /// Bumped each time the file was found replaced and reopened.
@@ -256,6 +296,23 @@ impl Store {
             tracing::warn!(path = %path.display(), "the database file was replaced; closed the connections to it and moved its log aside");
         }
         let now = now.map_err(|e| Self::unopenable(path, &e))?;
+        // The new file is claimed before it is opened: another daemon started on it since
+        // it replaced this one's keeps it, and this one answers `Unavailable` until it goes.
+        #[cfg(unix)]
+        {
+            let mut held = self
+                .inner
+                .claim
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if held.is_some() {
+                *held = Some(claim(&super::absolute(path)).map_err(|e| {
+                    Error::Unavailable(format!(
+                        "the database file was replaced and cannot be reopened: {e}"
+                    ))
+                })?);
+            }
+        }
         let pool = open(&self.inner.options, self.inner.busy_timeout)
             .await
             .map_err(|e| {
@@ -377,19 +434,30 @@ pub(super) async fn read_settings(pool: &SqlitePool) -> sqlx::Result<Vec<(String
         .collect())
 }
 
+/// Keys are matched as [`read_settings`] reads them, as bytes: a key another program stored
+/// as a blob is the same setting (the primary key tells a blob from text, so the blob row is
+/// replaced rather than kept beside a text one).
 pub(super) async fn set_setting(pool: &SqlitePool, key: &str, value: &str) -> sqlx::Result<()> {
-    sqlx::query(
-        "INSERT INTO settings (key, value) VALUES (?1, ?2) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-    )
-    .bind(key)
-    .bind(value)
-    .execute(pool)
+    in_transaction(pool, async |tx| {
+        sqlx::query("DELETE FROM settings WHERE CAST(key AS BLOB) = CAST(?1 AS BLOB) AND typeof(key) <> 'text'")
+            .bind(key)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query(
+            "INSERT INTO settings (key, value) VALUES (?1, ?2) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        )
+        .bind(key)
+        .bind(value)
+        .execute(&mut *tx)
+        .await
+        .map(drop)
+    })
     .await
-    .map(drop)
 }
 
+/// Removes the key however it is stored (see [`set_setting`]).
 pub(super) async fn unset_setting(pool: &SqlitePool, key: &str) -> sqlx::Result<bool> {
-    sqlx::query("DELETE FROM settings WHERE key = ?1")
+    sqlx::query("DELETE FROM settings WHERE CAST(key AS BLOB) = CAST(?1 AS BLOB)")
         .bind(key)
         .execute(pool)
         .await

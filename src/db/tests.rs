@@ -339,6 +339,22 @@ async fn a_setting_stored_as_bytes_or_a_number_is_read_as_text() {
         ]
         .map(|(k, v)| (k.to_string(), v.to_string()))
     );
+    // A key stored as bytes is the setting of that name: set replaces it, unset removes it.
+    let ui = sqlx::SqlitePool::connect(&f.url).await.unwrap();
+    for key in [&b"blob_key"[..], b"blob_gone"] {
+        sqlx::query(insert)
+            .bind(key)
+            .bind("old")
+            .execute(&ui)
+            .await
+            .unwrap();
+    }
+    ui.close().await;
+    f.db.set_setting("blob_key", "new").await.unwrap();
+    assert!(f.db.unset_setting("blob_gone").await.unwrap());
+    let rows = f.db.read_settings().await.unwrap();
+    let blob: Vec<_> = rows.iter().filter(|(k, _)| k.starts_with("blob")).collect();
+    assert_eq!(blob, [&("blob_key".to_string(), "new".to_string())], "{rows:?}");
 }
 
 /// A full disk makes SQLite refuse a COMMIT and end the transaction itself, and sqlx's count
@@ -413,6 +429,54 @@ async fn a_database_written_before_the_migrations_moved_opens_with_its_data() {
     let stored = db.load_conversation("c1").await.unwrap().unwrap();
     assert_eq!(stored.members, vec![member("sonarr", true, false)]);
     db.close().await;
+}
+
+/// A path SQLite could only call "unable to open database file" says why.
+#[tokio::test]
+async fn a_database_path_that_is_a_directory_or_has_no_folder_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("no-such-folder");
+    for (path, why) in [
+        (dir.path().to_path_buf(), "it is a directory".to_string()),
+        (
+            missing.join("t.db"),
+            format!("its folder {} does not exist", missing.display()),
+        ),
+    ] {
+        let e = Db::connect(&format!("sqlite://{}", path.display()))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&e, Error::Unavailable(m) if *m == format!("cannot open the database file {}: {why}", path.display())),
+            "{e:?}"
+        );
+    }
+}
+
+/// A database a newer daemon migrated further is refused, saying so.
+#[tokio::test]
+async fn a_database_from_a_newer_daemon_is_refused_naming_the_migration() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("newer.db");
+    let url = format!("sqlite://{}", path.display());
+    Db::connect(&url).await.unwrap().close().await;
+    let newer = sqlx::SqlitePool::connect(&url).await.unwrap();
+    sqlx::query(
+        "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
+         VALUES (9999, 'later', 1, x'00', 0)",
+    )
+    .execute(&newer)
+    .await
+    .unwrap();
+    newer.close().await;
+    let e = Db::connect(&url).await.unwrap_err().to_string();
+    assert!(
+        e.contains(&format!("cannot open the database file {}", path.display()))
+            && e.contains(
+                "the database holds migration 9999, which this build does not have: a newer toolrouter wrote it"
+            ),
+        "{e}"
+    );
 }
 
 #[test]
@@ -776,6 +840,63 @@ async fn a_backup_moved_over_the_file_in_use_is_reopened_intact() {
     assert!(s.load_conversation("after").await.unwrap().is_some());
     assert_eq!(s.load_conversation("c1").await.unwrap(), None);
     check.close().await;
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn a_file_restored_over_the_claimed_one_is_claimed_before_it_is_used() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.db");
+    let url = format!("sqlite://{}", path.display());
+    let db = Db::connect(&url).await.unwrap();
+    db.claim().unwrap();
+    db.set_setting("k", "v").await.unwrap();
+    let restore = |name: &str| {
+        let backup = dir.path().join(name);
+        std::fs::copy(&path, &backup).unwrap();
+        std::fs::rename(&backup, &path).unwrap();
+    };
+    let refused = |e: Error, why: &str| {
+        assert!(matches!(&e, Error::Unavailable(m) if m.contains(why)), "{e:?}");
+    };
+    // Restored while this daemon runs: it claims the new file as it reopens it, so a second
+    // daemon cannot start on it.
+    restore("one.db");
+    db.session().await.unwrap();
+    let second = Db::connect(&url).await.unwrap();
+    refused(
+        second.claim().unwrap_err(),
+        "another toolrouter daemon is serving the database file",
+    );
+    second.close().await;
+    // Restored, and another daemon claims it first: this one does not use it while it is
+    // held, and takes it once it is free.
+    restore("two.db");
+    let other = Db::connect(&url).await.unwrap();
+    other.claim().unwrap();
+    for _ in 0..2 {
+        refused(
+            db.session().await.err().unwrap(),
+            "the database file was replaced and cannot be reopened: another toolrouter daemon",
+        );
+    }
+    other.close().await;
+    drop(other);
+    db.set_setting("after", "w").await.unwrap();
+    assert!(
+        db.read_settings()
+            .await
+            .unwrap()
+            .contains(&("after".to_string(), "w".to_string())),
+        "the restored file is used"
+    );
+    let third = Db::connect(&url).await.unwrap();
+    refused(
+        third.claim().unwrap_err(),
+        "another toolrouter daemon is serving the database file",
+    );
+    third.close().await;
+    db.close().await;
 }
 
 #[tokio::test]

@@ -474,11 +474,21 @@ async fn bad_database_urls_and_tls_files_are_bad_configuration_exit_2() {
             shown(&out)
         );
     }
-    // A database file that cannot be opened is a runtime failure (exit 1) naming the file.
+    // A database file that cannot be opened is a runtime failure (exit 1) naming the file,
+    // and why where SQLite would not say.
     let not_a_db = dir.path().join("notes.db");
     std::fs::write(&not_a_db, vec![0x5a_u8; 8192]).unwrap();
-    let no_folder = dir.path().join("no-such-folder").join("t.db");
-    for file in [&not_a_db, &no_folder] {
+    let folder = dir.path().join("no-such-folder");
+    let no_folder = folder.join("t.db");
+    let a_folder = dir.path().to_path_buf();
+    for (file, why) in [
+        (&not_a_db, "file is not a database".to_string()),
+        (
+            &no_folder,
+            format!("its folder {} does not exist", folder.display()),
+        ),
+        (&a_folder, "it is a directory".to_string()),
+    ] {
         let url = format!("sqlite://{}", file.display());
         let out = run(
             dir.path(),
@@ -486,9 +496,10 @@ async fn bad_database_urls_and_tls_files_are_bad_configuration_exit_2() {
         )
         .await;
         assert_eq!(out.status.code(), Some(1), "{}", shown(&out));
-        let want = format!("cannot open the database file {}", file.display());
+        let want = format!("cannot open the database file {}: ", file.display());
+        let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(
-            String::from_utf8_lossy(&out.stderr).contains(&want),
+            stderr.lines().any(|l| l.contains(&want) && l.ends_with(&why)),
             "{}",
             shown(&out)
         );
