@@ -177,12 +177,28 @@ pub(super) async fn settings(
     }
     if let Some(file) = &file
         && !file.exists()
-        && !opts.create
     {
-        return Err(Failure::config(format!(
-            "the database {} does not exist; pass --create to create it (or --database to name the daemon's)",
-            file.display()
-        )));
+        if !opts.create {
+            return Err(Failure::config(format!(
+                "the database {} does not exist; pass --create to create it (or --database to name the daemon's)",
+                file.display()
+            )));
+        }
+        // SQLite would take a log left beside a deleted file (a daemon may still hold that
+        // file) as the new file's own, and fail on it, or lay its pages over the new file.
+        let mut log = file.as_os_str().to_owned();
+        log.push("-wal");
+        let log = std::path::PathBuf::from(log);
+        if log.exists() {
+            return Err(Failure::config(format!(
+                "the database {} does not exist, but its write-ahead log {} does: a daemon may still \
+                 hold the deleted file. Move a backup over the path, or stop that daemon and remove \
+                 {} and its -shm beside it; nothing written",
+                file.display(),
+                log.display(),
+                log.display()
+            )));
+        }
     }
     // What was done, for --json: the action, the key and (unset) whether it was set.
     let mut done = match action {

@@ -616,6 +616,31 @@ async fn settings_refuses_a_database_that_does_not_exist_unless_create() {
     .await;
     assert_eq!(out.status.code(), Some(2), "{}", shown(&out));
     assert!(!fresh.exists());
+    // A log left beside a deleted file would be read as the new file's: refused.
+    let orphan = dir.path().join("orphan.db");
+    std::fs::write(dir.path().join("orphan.db-wal"), b"log").unwrap();
+    let out = run(
+        dir.path(),
+        &[
+            "settings",
+            "--addr",
+            "127.0.0.1:1",
+            "--database",
+            &sqlite_url(&orphan),
+            "--create",
+            "set",
+            "k",
+            "v",
+        ],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(2), "{}", shown(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("but its write-ahead log"),
+        "{}",
+        shown(&out)
+    );
+    assert!(!orphan.exists());
     let out = run(
         dir.path(),
         &[
