@@ -45,9 +45,19 @@ pub struct Labelled {
 /// An unreadable file, or a line that is not a labelled message or whose query the daemon
 /// would refuse (its line number named); all configuration errors, as a bad manifest is.
 pub(crate) fn read_labelled(path: &Path, max_message_bytes: usize) -> Result<Vec<Labelled>> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
+    let bytes = std::fs::read(path).map_err(|e| {
         Error::Config(format!(
             "cannot read the labelled messages {}: {e}",
+            path.display()
+        ))
+    })?;
+    let text = String::from_utf8(bytes).map_err(|e| {
+        let at = e.utf8_error().valid_up_to();
+        let before = &e.as_bytes()[..at];
+        let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
+        let column = at - before.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1) + 1;
+        Error::Config(format!(
+            "{}:{line}: not UTF-8 text (an invalid byte at column {column}); save the file as UTF-8",
             path.display()
         ))
     })?;
@@ -65,12 +75,27 @@ pub(crate) fn read_labelled(path: &Path, max_message_bytes: usize) -> Result<Vec
                     i + 1
                 ))
             };
-            // An object, not the same fields in a list (which serde would also take).
-            let value: serde_json::Value = serde_json::from_str(l).map_err(|e| bad(e.to_string()))?;
-            if !value.is_object() {
-                return Err(bad("a line must be a JSON object".into()));
+            // serde names the column of a line it sees as line 1 of its own.
+            let json = |e: serde_json::Error| {
+                let text = e.to_string();
+                match text.rfind(" at line ") {
+                    Some(cut) if e.line() > 0 => format!("{} at column {}", &text[..cut], e.column()),
+                    _ => text,
+                }
+            };
+            if l.starts_with('\u{feff}') {
+                return Err(bad(
+                    "the line starts with a byte-order mark (U+FEFF); remove it".into()
+                ));
             }
-            let labelled: Labelled = serde_json::from_value(value).map_err(|e| bad(e.to_string()))?;
+            // An object, read as one (so a field given twice is an error), not the same fields
+            // in a list (which serde would also take).
+            let labelled: Labelled = if l.trim_start().starts_with('{') {
+                serde_json::from_str(l).map_err(|e| bad(json(e)))?
+            } else {
+                serde_json::from_str::<serde_json::Value>(l).map_err(|e| bad(json(e)))?;
+                return Err(bad("a line must be a JSON object".into()));
+            };
             if labelled.query.len() > max_message_bytes {
                 return Err(bad(format!(
                     "the query is {} bytes, over the limit of {max_message_bytes} bytes \
@@ -359,6 +384,35 @@ mod tests {
             read_labelled(&path, 1000).unwrap().len(),
             1,
             "a byte-order mark is not part of the line"
+        );
+        // What serde or the file would say is said of the line, with its column.
+        for (content, want) in [
+            (
+                "\n{\"query\": \"a\", \"domains\": [], \"query\": \"b\"}\n",
+                ":2: not a labelled message ({\"query\", \"domains\"}): duplicate field `query` at column 37",
+            ),
+            (
+                "{\"query\": \"a\", \"domains\": []}\n\u{feff}{\"query\": \"b\", \"domains\": []}\n",
+                ":2: not a labelled message ({\"query\", \"domains\"}): the line starts with a byte-order mark",
+            ),
+            (
+                "{\"query\": \"a\", \"domains\": [}\n",
+                "expected value at column 28",
+            ),
+        ] {
+            std::fs::write(&path, content).unwrap();
+            let e = read_labelled(&path, 1000).unwrap_err().to_string();
+            assert!(e.contains(want), "{content:?}: {e}");
+        }
+        std::fs::write(
+            &path,
+            b"{\"query\": \"a\", \"domains\": []}\n{\"query\": \"caf\xe9\"}\n",
+        )
+        .unwrap();
+        let e = read_labelled(&path, 1000).unwrap_err().to_string();
+        assert!(
+            e.ends_with("q.jsonl:2: not UTF-8 text (an invalid byte at column 15); save the file as UTF-8"),
+            "{e}"
         );
         std::fs::write(&path, "\n  \n").unwrap();
         let e = read_labelled(&path, 1000).unwrap_err().to_string();

@@ -377,7 +377,7 @@ impl Registry {
                 out.push(warning(
                     d.source.clone(),
                     format!(
-                        "domain `{}` has keywords but no tools: a message that hits them gets no fallback and no tool of it",
+                        "domain `{}` has keywords but no tools: a message that hits them gets no fallback and no tool of it, nor do later turns of its conversation (the hit stays)",
                         d.name
                     ),
                 ));
