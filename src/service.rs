@@ -319,7 +319,7 @@ impl ToolRouter for ToolRouterService {
         } = self.state.route(&req.message, options).await?;
         tracing::debug!(
             message_bytes = req.message.len(),
-            domains = decision.domains.len(),
+            domain_count = decision.domains.len(),
             fallback = decision.fallback,
             "routed"
         );

@@ -1140,7 +1140,7 @@ impl State {
         };
         tracing::info!(
             registry_version = %format!("{:016x}", reloaded.registry_version),
-            domains = reloaded.domains,
+            domain_count = reloaded.domains,
             runtime_domains = sources.runtime.len(),
             tools = reloaded.tools,
             "registry reloaded"

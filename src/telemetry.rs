@@ -122,26 +122,43 @@ struct RouteCounters {
 const REASONS: usize = 6;
 const _: () = assert!(Reason::Fallback as usize == REASONS - 1);
 
+/// Where a call's conversation is noted: shared by the call's future and its log, so a call
+/// dropped before it answered still names its conversation.
+type NotedConversation = Arc<std::sync::Mutex<Option<String>>>;
+
 tokio::task_local! {
     /// The hash of the conversation the call being served names, once its request named a
-    /// valid one: for the call log's line of a call that failed after that.
-    static CALL_CONVERSATION: std::cell::RefCell<Option<String>>;
+    /// valid one: for the call log's line of a call that failed (or was dropped) after that.
+    static CALL_CONVERSATION: NotedConversation;
 }
 
 /// Notes the conversation the call being served names, for its log line (nothing outside a
 /// call the call log serves).
 pub(crate) fn note_conversation(id: &str) {
-    let _ = CALL_CONVERSATION.try_with(|c| *c.borrow_mut() = Some(conversation_hash(id)));
+    let _ = CALL_CONVERSATION.try_with(|c| *lock(c) = Some(conversation_hash(id)));
 }
 
-/// A short, stable hash of a conversation id (FNV-1a, 8 hex digits): enough to follow one
-/// conversation through the log without writing the id (which may be a user id) itself.
+/// The noted conversation (a poisoned lock still holds a valid `Option`).
+fn lock(noted: &NotedConversation) -> std::sync::MutexGuard<'_, Option<String>> {
+    noted.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A short, stable hash of a conversation id (FNV-1a, mixed by MurmurHash3's 64-bit
+/// finaliser, 8 hex digits): enough to follow one conversation through the log without
+/// writing the id (which may be a user id) itself. The finaliser spreads every input bit
+/// over every digit, so ids that differ in their last character (`conv-1`, `conv-2`) do not
+/// get hashes that differ in one digit, easy to take for one another.
 pub fn conversation_hash(id: &str) -> String {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in id.bytes() {
         h ^= u64::from(b);
         h = h.wrapping_mul(0x0000_0100_0000_01b3);
     }
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    h ^= h >> 33;
     format!("{:08x}", h >> 32)
 }
 
@@ -511,6 +528,7 @@ where
             let started = Instant::now();
             // A call whose future is dropped before it answers (given up by its client, cut
             // at its deadline or at the drain timeout) still gets its line and its count.
+            let noted = NotedConversation::default();
             let unanswered = Unanswered {
                 call: Some(Ended {
                     path,
@@ -518,13 +536,10 @@ where
                     metrics,
                 }),
                 deadline,
+                conversation: noted.clone(),
             };
-            let (mut result, conversation) = CALL_CONVERSATION
-                .scope(std::cell::RefCell::new(None), async move {
-                    let result = inner.call(request).await;
-                    (result, CALL_CONVERSATION.with(|c| c.take()))
-                })
-                .await;
+            let mut result = CALL_CONVERSATION.scope(noted.clone(), inner.call(request)).await;
+            let conversation = lock(&noted).take();
             let call = unanswered.answered();
             if let Ok(response) = &mut result {
                 transport_refusals_in_the_contracts_codes(response);
@@ -802,6 +817,8 @@ struct Unanswered {
     call: Option<Ended>,
     /// The caller's deadline, if it set one.
     deadline: Option<Duration>,
+    /// The conversation the call named, once noted.
+    conversation: NotedConversation,
 }
 
 impl Unanswered {
@@ -828,10 +845,12 @@ impl Drop for Unanswered {
                 "the caller cancelled it or went away, or the daemon stopped at the drain timeout".to_string()
             }
         };
+        let conversation = lock(&self.conversation).take();
         tracing::warn!(
             method = %logged_method(&call.path),
             code,
             latency_ms = elapsed.as_secs_f64() * 1000.0,
+            conversation = conversation.as_deref().unwrap_or(""),
             cause = %cause,
             "call dropped before it answered"
         );
@@ -1118,14 +1137,20 @@ fn embed_json_field(line: &mut String, name: &str) {
 /// The contract's codes for what tonic refuses before the service sees a request. A request
 /// over the decoding limit tonic answers `OUT_OF_RANGE`; gRPC's own servers (and this
 /// daemon's documentation) answer `RESOURCE_EXHAUSTED` for a message larger than the
-/// transport accepts, naming the limit of the service called. A body that cannot be
-/// decompressed, or that is not one gRPC message, tonic answers `INTERNAL`, which the contract
+/// transport accepts, naming the limit of the service called (and so for one that would
+/// decompress past it, which tonic answers `RESOURCE_EXHAUSTED` in its own words). A body that
+/// cannot be decompressed, that is not one gRPC message, or whose message does not decode
+/// (health and reflection use tonic's codec) tonic answers `INTERNAL`, which the contract
 /// keeps for the daemon's own faults: it is the caller's, `INVALID_ARGUMENT`.
 fn transport_refusals_in_the_contracts_codes<R>(response: &mut http::Response<R>) {
     let headers = response.headers_mut();
-    let Some(status) = headers.get("grpc-status").filter(|v| *v == "11" || *v == "13") else {
+    let Some(status) = headers
+        .get("grpc-status")
+        .filter(|v| *v == "8" || *v == "11" || *v == "13")
+    else {
         return;
     };
+    let exhausted = status == "8";
     let refused_for_size = status == "11";
     let Some(tonic_message) = headers
         .get("grpc-message")
@@ -1138,7 +1163,19 @@ fn transport_refusals_in_the_contracts_codes<R>(response: &mut http::Response<R>
     else {
         return;
     };
-    let (code, message) = if refused_for_size && tonic_message.contains("message length too large") {
+    let (code, message) = if exhausted {
+        // "Error decompressing: size limit, of N bytes, exceeded while decompressing message"
+        let Some(limit) = tonic_message
+            .strip_prefix("Error decompressing: size limit, of ")
+            .and_then(|rest| rest.split(' ').next())
+        else {
+            return;
+        };
+        (
+            "8",
+            format!("The request is over the transport limit of {limit} bytes once decompressed."),
+        )
+    } else if refused_for_size && tonic_message.contains("message length too large") {
         // "..., the limit is: N bytes"
         let limit = tonic_message
             .split("the limit is: ")
@@ -1161,6 +1198,11 @@ fn transport_refusals_in_the_contracts_codes<R>(response: &mut http::Response<R>
         .flatten()
     {
         ("3", message)
+    } else if let Some(detail) = (!refused_for_size)
+        .then(|| tonic_message.strip_prefix("failed to decode Protobuf message: "))
+        .flatten()
+    {
+        ("3", format!("The request could not be decoded: {detail}"))
     } else {
         return;
     };
@@ -1371,6 +1413,17 @@ mod tests {
         assert_eq!(h, conversation_hash("user-42"));
         assert_ne!(h, conversation_hash("user-43"));
         assert!(!h.contains("user"));
+        // Ids one character apart get hashes apart in most digits, not in one.
+        for (a, b) in [
+            ("conv-1", "conv-2"),
+            ("user-42", "user-43"),
+            ("a", "b"),
+            ("db0", "db1"),
+        ] {
+            let (a, b) = (conversation_hash(a), conversation_hash(b));
+            let differ = a.chars().zip(b.chars()).filter(|(x, y)| x != y).count();
+            assert!(differ >= 5, "{a} {b}");
+        }
     }
 
     #[test]

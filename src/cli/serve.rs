@@ -334,7 +334,7 @@ pub(super) async fn serve(args: &ServeArgs) -> Result<(), Failure> {
         expose_load_tool_group = config.expose_load_tool_group,
         conversation_ttl = ?config.conversation_ttl,
         max_message_bytes = config.max_message_bytes,
-        domains = registry.domains().len(),
+        domain_count = registry.domains().len(),
         tools = registry.tool_count(),
         registry_version = %format!("{:016x}", registry.version()),
         "starting"

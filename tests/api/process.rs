@@ -584,11 +584,26 @@ async fn calls_cut_at_their_callers_deadline_and_streams_are_logged_and_counted_
             .map(|v| &v["fields"])
             .collect()
     };
+    // `domains` has one type in every line (a count is `domain_count`), as log indexers need.
+    assert!(
+        lines.iter().any(|v| v["fields"]["message"] == "starting"),
+        "{log}"
+    );
+    for v in &lines {
+        let d = &v["fields"]["domains"];
+        assert!(d.is_null() || d.is_array(), "{v}");
+    }
     let dropped = of("LoadToolGroup", "call dropped before it answered");
     assert_eq!(dropped.len(), 1, "{log}");
     assert_eq!(dropped[0]["code"], "CANCELLED", "{log}");
     assert_eq!(
         dropped[0]["cause"], "the caller's deadline (grpc-timeout) of 300ms passed",
+        "{log}"
+    );
+    // Its conversation, named before the call was dropped, is in its line too.
+    assert_eq!(
+        dropped[0]["conversation"],
+        toolrouter::telemetry::conversation_hash("c1"),
         "{log}"
     );
     let closed = of(

@@ -435,6 +435,37 @@ async fn a_body_that_is_not_one_grpc_message_is_the_callers_error_named_so() {
             );
         }
     }
+    // One message that is no protobuf of its request (a string field that is not UTF-8):
+    // the daemon's codec and tonic's (health) say so alike.
+    for path in ["/toolrouter.v1.ToolRouter/Route", "/grpc.health.v1.Health/Check"] {
+        let request = http::Request::post(format!("http://{}{path}", app.addr))
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .body(())
+            .unwrap();
+        let (answer, mut stream) = send.send_request(request, false).unwrap();
+        stream
+            .send_data(bytes::Bytes::from_static(&[0, 0, 0, 0, 3, 0x0a, 1, 0xff]), true)
+            .unwrap();
+        let answer = tokio::time::timeout(Duration::from_secs(5), answer)
+            .await
+            .unwrap()
+            .unwrap();
+        let headers = answer.headers();
+        let message = percent_encoding::percent_decode(headers.get("grpc-message").unwrap().as_bytes())
+            .decode_utf8()
+            .unwrap()
+            .into_owned();
+        assert_eq!(
+            headers.get("grpc-status").map(|v| v.as_bytes()),
+            Some(&b"3"[..]),
+            "{path}: {message}"
+        );
+        assert!(
+            message.starts_with("The request could not be decoded: ") && message.contains("UTF-8"),
+            "{path}: {message}"
+        );
+    }
     // A message flagged compressed in a call that names no encoding is `INTERNAL`, as gRPC's
     // compression rules require.
     let request = http::Request::post(format!("http://{}/toolrouter.v1.ToolRouter/Route", app.addr))

@@ -124,6 +124,20 @@ async fn requests_over_a_services_decoding_limit_are_told_that_limit() {
         e.message(),
         "The request is over the transport limit of 4096 bytes."
     );
+    // Compressed under the limit, past it once decompressed: the same answer, said so.
+    let mut health =
+        HealthClient::new(app.channel().await).send_compressed(tonic::codec::CompressionEncoding::Gzip);
+    let e = health
+        .check(HealthCheckRequest {
+            service: "x".repeat(5_000),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e:?}");
+    assert_eq!(
+        e.message(),
+        "The request is over the transport limit of 4096 bytes once decompressed."
+    );
     app.stop().await;
     // A raised --max-message-bytes raises the ToolRouter limit, and the answer names it.
     let app = TestApp::builder()
