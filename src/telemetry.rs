@@ -534,8 +534,8 @@ where
                     path,
                     started,
                     metrics,
+                    deadline,
                 }),
-                deadline,
                 conversation: noted.clone(),
             };
             let mut result = CALL_CONVERSATION.scope(noted.clone(), inner.call(request)).await;
@@ -584,9 +584,25 @@ struct Ended {
     path: String,
     started: Instant,
     metrics: Option<Metrics>,
+    /// The caller's deadline, if it set one.
+    deadline: Option<Duration>,
 }
 
 impl Ended {
+    /// Why a call ended before its answer (or a stream before its end): its caller's
+    /// deadline when it has run that long, else `otherwise`.
+    fn cut_cause(&self, otherwise: &str) -> String {
+        // tonic's timer for the deadline starts just before this call's clock (and fires on
+        // a millisecond tick), so a call it cut has run its deadline less a few microseconds.
+        match self.deadline {
+            Some(d) if self.started.elapsed() + Duration::from_millis(1) >= d => format!(
+                "the caller's deadline (grpc-timeout) of {} passed",
+                humantime::format_duration(d)
+            ),
+            _ => otherwise.to_string(),
+        }
+    }
+
     fn observe(&self, code: &str, summary: Option<&CallSummary>) {
         if let Some(m) = &self.metrics {
             m.observe(
@@ -736,11 +752,14 @@ impl<R> Drop for LoggedBody<R> {
         if let Some((call, conversation)) = self.stream.take() {
             let code = code_name(tonic::Code::Cancelled);
             call.observe(code, None);
+            let cause = call
+                .cut_cause("its caller closed it or went away, or the daemon stopped at the drain timeout");
             tracing::info!(
                 method = %logged_method(&call.path),
                 code,
                 latency_ms = call.latency_ms(),
                 conversation = conversation.as_deref().unwrap_or(""),
+                cause = %cause,
                 "stream closed before its end (by its caller, or cut at the drain timeout)"
             );
         }
@@ -815,8 +834,6 @@ impl Drop for CallLine {
 struct Unanswered {
     /// The call while armed.
     call: Option<Ended>,
-    /// The caller's deadline, if it set one.
-    deadline: Option<Duration>,
     /// The conversation the call named, once noted.
     conversation: NotedConversation,
 }
@@ -834,17 +851,8 @@ impl Drop for Unanswered {
         let code = code_name(tonic::Code::Cancelled);
         call.observe(code, None);
         let elapsed = call.started.elapsed();
-        // tonic's timer for the deadline starts just before this call's clock (and fires on
-        // a millisecond tick), so a call it cut has run its deadline less a few microseconds.
-        let cause = match self.deadline {
-            Some(d) if elapsed + Duration::from_millis(1) >= d => format!(
-                "the caller's deadline (grpc-timeout) of {} passed",
-                humantime::format_duration(d)
-            ),
-            _ => {
-                "the caller cancelled it or went away, or the daemon stopped at the drain timeout".to_string()
-            }
-        };
+        let cause = call
+            .cut_cause("the caller cancelled it or went away, or the daemon stopped at the drain timeout");
         let conversation = lock(&self.conversation).take();
         tracing::warn!(
             method = %logged_method(&call.path),
@@ -1507,6 +1515,7 @@ mod tests {
                 path: "/toolrouter.v1.ToolRouter/Bogus".into(),
                 started: Instant::now(),
                 metrics: None,
+                deadline: None,
             }
             .failed(code, message, None, None);
             let text = logs.text();

@@ -531,6 +531,14 @@ async fn calls_cut_at_their_callers_deadline_and_streams_are_logged_and_counted_
     let mut closed = c.watch_registry(watch()).await.unwrap().into_inner();
     closed.message().await.unwrap().expect("the current state");
     drop(closed);
+    // One its caller ends at the deadline it set (as gRPC clients end a stream), once that
+    // has passed.
+    let mut timed = tonic::Request::new(watch());
+    timed.set_timeout(Duration::from_millis(300));
+    let mut timed = c.watch_registry(timed).await.unwrap().into_inner();
+    timed.message().await.unwrap().expect("the current state");
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    drop(timed);
     let mut open = c.watch_registry(watch()).await.unwrap().into_inner();
     open.message().await.unwrap().expect("the current state");
 
@@ -538,7 +546,7 @@ async fn calls_cut_at_their_callers_deadline_and_streams_are_logged_and_counted_
         |code: &str, method: &str| format!(r#"toolrouter_requests_total{{code="{code}",method="{method}"}}"#);
     let wanted = [
         (series("CANCELLED", "LoadToolGroup"), 1.0),
-        (series("CANCELLED", "WatchRegistry"), 1.0),
+        (series("CANCELLED", "WatchRegistry"), 2.0),
         // A stream is counted when it ends, not when its headers go out.
         (series("OK", "WatchRegistry"), 0.0),
     ];
@@ -555,7 +563,7 @@ async fn calls_cut_at_their_callers_deadline_and_streams_are_logged_and_counted_
                     &text,
                     r#"toolrouter_request_duration_seconds_count{method="WatchRegistry"}"#
                 ),
-                1.0,
+                2.0,
                 "{text}"
             );
             break;
@@ -610,8 +618,17 @@ async fn calls_cut_at_their_callers_deadline_and_streams_are_logged_and_counted_
         "WatchRegistry",
         "stream closed before its end (by its caller, or cut at the drain timeout)",
     );
-    assert_eq!(closed.len(), 1, "{log}");
-    assert_eq!(closed[0]["code"], "CANCELLED", "{log}");
+    assert_eq!(closed.len(), 2, "{log}");
+    assert!(closed.iter().all(|c| c["code"] == "CANCELLED"), "{log}");
+    let causes: Vec<&str> = closed.iter().map(|c| c["cause"].as_str().unwrap()).collect();
+    assert_eq!(
+        causes,
+        [
+            "its caller closed it or went away, or the daemon stopped at the drain timeout",
+            "the caller's deadline (grpc-timeout) of 300ms passed"
+        ],
+        "{log}"
+    );
     let failed = of("WatchRegistry", "call failed");
     assert_eq!(failed.len(), 1, "{log}");
     assert_eq!(failed[0]["code"], "UNAVAILABLE", "{log}");
