@@ -273,6 +273,12 @@ impl Metrics {
         registry
             .register(Box::new(crate::db::DATABASE_ERRORS.clone()))
             .expect("registered once per registry");
+        // Each RPC's OK count and latency from the start, at 0: alerts on a series that is
+        // absent, and rates over it, work before the first call.
+        for method in METHODS {
+            requests.with_label_values(&[method, code_name(tonic::Code::Ok)]);
+            latency.with_label_values(&[method]);
+        }
         Metrics {
             inner: Arc::new(MetricsInner {
                 registry,

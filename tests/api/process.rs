@@ -651,6 +651,15 @@ async fn each_call_is_logged_once_without_its_text_and_counted_in_the_metrics() 
     let before = scrape(&metrics);
     let route_ok = r#"toolrouter_requests_total{code="OK",method="Route"}"#;
     assert_eq!(sample(&before, route_ok), 0.0, "{before}");
+    // Each RPC's series are there from the start, at 0.
+    for method in ["Route", "LoadToolGroup", "WatchRegistry"] {
+        for series in [
+            format!(r#"toolrouter_requests_total{{code="OK",method="{method}"}} 0"#),
+            format!(r#"toolrouter_request_duration_seconds_count{{method="{method}"}} 0"#),
+        ] {
+            assert!(before.lines().any(|l| l == series), "{series}:\n{before}");
+        }
+    }
 
     let mut c = daemon.client().await;
     let secret = "are my torrents seeding for secret-conversation?";
