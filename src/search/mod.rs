@@ -107,9 +107,9 @@ pub struct SearchOptions {
     /// A segment's hits, best first, stop before the one that would bring their tools past
     /// this share of the registry's tools (0..=1) or `segment_min_tools`, whichever is more;
     /// the segment's best domain itself is a hit whatever its size (a runner-up behind a best
-    /// that is no candidate is capped like the rest). A domain counts all its tools in the
-    /// registry (the index's), whatever a profile or disabled tools leave of them, so the
-    /// cap is the same for every caller.
+    /// that is no candidate is capped like the rest). A domain counts the tools the consumer
+    /// may be sent (a profile or disabled tools may leave fewer); the cap itself is a share
+    /// of every tool in the registry, the same for every caller.
     pub segment_share: f32,
     /// The tools a segment's hits may always bring, however small the registry: beside a
     /// segment's best domain there is room for its runners-up where sending them costs little.
@@ -493,19 +493,15 @@ impl Scratch {
     }
 }
 
-/// What a domain scored in a segment counts towards the segment's best: a candidate's best
-/// visible tool (a tool the consumer cannot see is no part of its domain for it), and for a
-/// domain that is no candidate (a keyword hit, core, inactive, or hidden whole) its best tool,
-/// so a segment about it does not hand its hits to weaker matches.
-fn segment_share(candidate: bool, visible_best: f32, any: f32) -> f32 {
-    if candidate { visible_best } else { any }
-}
-
 impl SearchIndex {
-    /// How many tools a domain has.
-    fn domain_size(&self, domain: DomainId) -> u32 {
+    /// How many of a domain's tools are `visible` (all when `None`).
+    fn visible_size(&self, domain: DomainId, visible: Option<&[bool]>) -> u32 {
         let d = domain.index();
-        self.domain_start[d + 1] - self.domain_start[d]
+        let (from, to) = (self.domain_start[d], self.domain_start[d + 1]);
+        match visible {
+            None => to - from,
+            Some(v) => v[from as usize..to as usize].iter().map(|&b| u32::from(b)).sum(),
+        }
     }
 
     /// Whether a term is a word pair (pairs explain nothing a word does not).
@@ -667,9 +663,9 @@ impl SearchIndex {
     /// tool (ties go to the earlier tool, so the explanation is deterministic). `chains`
     /// holds the domain's postings for the terms, in term order; each tool's weights are
     /// summed in that order, as [`SearchIndex::accumulate`] does. `local` is scratch of at
-    /// least the domain's tool count, all zero, and left so. Also the best score of any of
-    /// its tools, `visible` or not (what a domain that is no candidate counts towards the
-    /// segment's best: see [`segment_share`]).
+    /// least the domain's tool count, all zero, and left so. Only the `visible` tools count
+    /// (one the consumer cannot see is no part of the domain for it); also the best score of
+    /// any of its tools, for a domain hidden whole (see [`SearchIndex::segment_share`]).
     fn domain_score(
         &self,
         d: u32,
@@ -719,6 +715,20 @@ impl SearchIndex {
             }
         }
         (best, any)
+    }
+
+    /// What a domain scored in a segment counts towards the segment's best, candidate or
+    /// not: its best tool the consumer may be sent (a keyword hit, core or inactive domain
+    /// still counts, so a segment about it does not hand its hits to weaker matches; a tool
+    /// the consumer cannot see is no part of its domain for it). A domain hidden whole counts
+    /// its best tool: a segment about it hands nothing on either, its hit does not count, and
+    /// a message about it falls back over what the consumer may see (SPEC §10).
+    fn segment_share(&self, d: u32, visible_best: f32, any: f32, visible: Option<&[bool]>) -> f32 {
+        if visible.is_none() || self.visible_size(DomainId::at(d as usize), visible) > 0 {
+            visible_best
+        } else {
+            any
+        }
     }
 
     /// A term's postings: (tool, weight) in tool order.
@@ -875,7 +885,7 @@ impl SearchIndex {
             {
                 let ((s, tool), any) = self.domain_score(first, chains, local, visible);
                 let ok = eligible(DomainId::at(first as usize));
-                top = segment_share(ok, s, any);
+                top = self.segment_share(first, s, any, visible);
                 if ok {
                     keep(kept, s);
                 }
@@ -898,7 +908,7 @@ impl SearchIndex {
                     }
                     let ((s, tool), any) = self.domain_score(d, chains, local, visible);
                     let ok = eligible(DomainId::at(d as usize));
-                    top = top.max(segment_share(ok, s, any));
+                    top = top.max(self.segment_share(d, s, any, visible));
                     if ok {
                         keep(kept, s);
                     }
@@ -936,8 +946,9 @@ impl SearchIndex {
             for &(domain, score, tool) in &candidates[segment_candidates.clone()] {
                 // Candidates are sorted by score, best first. Only the segment's best domain
                 // itself passes whatever its size: when that is no candidate (a keyword hit,
-                // inactive, hidden), the runner-up behind it is capped like the others.
-                tools += self.domain_size(domain);
+                // inactive), the runner-up behind it is capped like the others. A domain
+                // brings the tools the consumer may be sent.
+                tools += self.visible_size(domain, visible);
                 if score < floor || (score < *top && tools as f32 > tool_cap) {
                     break;
                 }

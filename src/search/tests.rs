@@ -395,6 +395,111 @@ fn a_tool_the_consumer_cannot_see_sets_no_bar_for_its_own_domain() {
     }
 }
 
+/// A hidden tool is no part of its domain for the consumer: a keyword-hit domain's hidden
+/// tool sets no bar for the segment (the visible matches it would have outscored are
+/// hits), and hidden tools take no room under the segment's cap. A domain hidden whole still
+/// sets the bar: its hit does not count, and the message falls back over what the consumer
+/// sees (SPEC §10) rather than going to a weaker match.
+#[test]
+fn a_hidden_tool_sets_no_bar_and_takes_no_room() {
+    let bulk = std::iter::once(
+        r#"{"name":"bulk_resize","description":"Resize photo album thumbnails"}"#.to_string(),
+    )
+    .chain((0..30).map(|i| format!(r#"{{"name":"bulk_h{i}","description":"Unrelated chore {i}"}}"#)))
+    .collect::<Vec<_>>()
+    .join(",");
+    let bulk = format!(r#"{{"name":"bulk","tools":[{bulk}]}}"#);
+    let registry = Registry::from_sources([
+        (
+            "weather.json",
+            r#"{"name":"weather","keywords":["weather"],"tools":[
+                {"name":"weather_forecast","description":"Weather forecast with barometer readings for a city"}]}"#,
+        ),
+        (
+            "zorblax.json",
+            r#"{"name":"zorblax","tools":[
+                {"name":"zorblax_calibrate","description":"Calibrate the quantum flux capacitor pressure gauge"},
+                {"name":"zorblax_purge","description":"Purge the fluxium reservoir"}]}"#,
+        ),
+        (
+            "mixed.json",
+            r#"{"name":"mixed","keywords":["widget"],"tools":[
+                {"name":"mixed_list","description":"List the widgets"},
+                {"name":"mixed_quindle","description":"Vent the quindle reservoir pressure gauge"}]}"#,
+        ),
+        (
+            "gallery.json",
+            r#"{"name":"gallery","tools":[
+                {"name":"photo_album_list","description":"List the pictures of a photo album"},
+                {"name":"photo_album_share","description":"Share a photo album"}]}"#,
+        ),
+        ("bulk.json", bulk.as_str()),
+    ])
+    .unwrap();
+    let index = SearchIndex::new(&registry);
+    let hiding = |tools: &[&str]| -> Vec<bool> {
+        registry
+            .domains()
+            .iter()
+            .flat_map(|d| d.tools.iter())
+            .map(|t| {
+                !tools.iter().any(|h| {
+                    t.name == *h || (h.ends_with('*') && t.name.starts_with(h.trim_end_matches('*')))
+                })
+            })
+            .collect()
+    };
+    // (message, hidden tools, keyword-hit domains (no candidates), domains hit)
+    type Case<'a> = (&'a str, &'a [&'a str], &'a [&'a str], &'a [&'a str]);
+    let cases: [Case; 7] = [
+        (
+            "calibrate the quantum capacitor barometer",
+            &[],
+            &[],
+            &["zorblax"],
+        ),
+        // zorblax hidden whole: not handed on to weather's weaker match.
+        (
+            "calibrate the quantum capacitor barometer",
+            &["zorblax_*"],
+            &[],
+            &[],
+        ),
+        // zorblax's calibrating tool hidden: its purge tool is what the domain is here, and
+        // weather's match is the best.
+        (
+            "calibrate the quantum capacitor barometer",
+            &["zorblax_calibrate"],
+            &[],
+            &["weather"],
+        ),
+        // mixed is a keyword hit; its hidden quindle tool's words set no bar for zorblax.
+        (
+            "widget: vent quindle reservoir",
+            &["mixed_quindle"],
+            &["mixed"],
+            &["zorblax"],
+        ),
+        ("widget: vent quindle reservoir", &[], &["mixed"], &[]),
+        // bulk's 30 hidden tools take no room beside gallery under the 30-tool cap.
+        ("photo album", &["bulk_h*"], &[], &["bulk", "gallery"]),
+        ("photo album", &[], &[], &["gallery"]),
+    ];
+    for (message, hidden, keyword_hits, want) in cases {
+        let visible = hiding(hidden);
+        let mut got: Vec<&str> = index
+            .domain_hits(message, &SearchOptions::default(), Some(&visible), |d| {
+                let name = registry.domain(d).name.as_str();
+                !keyword_hits.contains(&name) && registry.tool_range(d).any(|t| visible[t])
+            })
+            .iter()
+            .map(|h| registry.domain(h.domain).name.as_str())
+            .collect();
+        got.sort_unstable();
+        assert_eq!(got, want, "{message:?}, hidden {hidden:?}");
+    }
+}
+
 /// Words around the 15-byte edge of the packed keys, words that differ only in length or
 /// past the edge, and non-ASCII words: each finds its own entry and nothing else.
 #[test]
