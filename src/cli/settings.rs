@@ -186,9 +186,7 @@ pub(super) async fn settings(
         }
         // SQLite would take a log left beside a deleted file (a daemon may still hold that
         // file) as the new file's own, and fail on it, or lay its pages over the new file.
-        let mut log = file.as_os_str().to_owned();
-        log.push("-wal");
-        let log = std::path::PathBuf::from(log);
+        let [log, _] = crate::db::log_paths(file);
         if log.exists() {
             return Err(Failure::config(format!(
                 "the database {} does not exist, but its write-ahead log {} does: a daemon may still \

@@ -9,6 +9,7 @@
 mod postgres;
 mod reach;
 mod sqlite;
+pub(crate) use sqlite::log_paths;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, LazyLock};

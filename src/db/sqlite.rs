@@ -61,7 +61,7 @@ struct Opened {
 }
 
 /// The write-ahead log's and its index's paths beside a database file.
-fn log_paths(path: &Path) -> [std::path::PathBuf; 2] {
+pub(crate) fn log_paths(path: &Path) -> [std::path::PathBuf; 2] {
     ["-wal", "-shm"].map(|suffix| {
         let mut p = path.as_os_str().to_owned();
         p.push(suffix);
