@@ -8,9 +8,12 @@
 //! **Several daemons (PostgreSQL).** Another daemon may change a conversation this one
 //! caches, so each call first reads the conversation's version and latest recorded use (one
 //! small read) and re-reads the conversation when the version moved; its idle time counts
-//! from the latest use any daemon recorded. A write that finds it replaced a version other
-//! than the cached one (another daemon wrote in between) marks the copy for a re-read. When
-//! the database cannot be reached, a call goes on with the copy it holds.
+//! from the latest use any daemon recorded. Another daemon may still write between that read
+//! and this call's write, so a write names the version it builds on and happens only on top
+//! of it; when it finds another, the call re-reads the conversation and decides again
+//! ([`ConversationGuard::update`]). Calls on one conversation thus take effect one after
+//! the other across daemons, each answered on the state it recorded on top of. When the
+//! database cannot be reached, a call goes on with the copy it holds.
 //!
 //! **One entry per conversation.** The lock that serialises operations on a conversation is
 //! the entry's own mutex, so two live entries for one id would let an operation read the
@@ -27,8 +30,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use moka::future::Cache;
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
-use crate::db::{Db, Session, StoredConversation};
-use crate::error::Result;
+use crate::db::{Db, Saved, Session, StoredConversation};
+use crate::error::{Error, Result};
 use crate::router::{Conversation, Mark, Member};
 
 /// Default memory budget of the conversation cache: 64 MiB, about 120,000 conversations with
@@ -37,6 +40,11 @@ pub(crate) const DEFAULT_CACHE_BYTES: u64 = 64 * 1024 * 1024;
 
 /// How often conversation idle clocks are flushed and idle conversations forgotten, at most.
 const UPKEEP_PERIOD: Duration = Duration::from_secs(60);
+
+/// How many times one call tries to record on a conversation that other daemons keep
+/// changing under it (PostgreSQL), re-reading it each time, before it gives up. Each lost try
+/// is another daemon's write that went through, so a call gives up only while others record.
+const MAX_ATTEMPTS: u32 = 8;
 
 /// The upkeep period for a conversation TTL: [`UPKEEP_PERIOD`], or a quarter of a shorter
 /// TTL (100 ms at least). Idle clocks live in memory between flushes, and another daemon on
@@ -75,8 +83,7 @@ struct Entry {
     /// The version of the row it matches (PostgreSQL; 0 on SQLite).
     version: i64,
     /// Set while a write is in flight: if the operation is cancelled (client gone, request
-    /// timeout) the write may or may not have committed, so the next lock re-reads it. Also
-    /// set when a write found another daemon's write before it.
+    /// timeout) the write may or may not have committed, so the next lock re-reads it.
     unsure: bool,
 }
 
@@ -224,33 +231,66 @@ impl ConversationGuard {
         &self.entry.state
     }
 
-    /// Records `mark` on these domains (by name): writes exactly the rows that change, then
-    /// adopts them. On failure the state is unchanged, so nothing is acknowledged that was
-    /// not written.
+    /// Decides on what the conversation remembers and records `mark` on the domains the
+    /// decision names: writes exactly the rows that change, then adopts them. Returns the
+    /// decision, and whether recording it failed (the state is then unchanged, so nothing is
+    /// acknowledged that was not written).
     ///
-    /// # Errors
-    /// A database fault.
-    pub(crate) async fn record<'a>(
+    /// `decide` must be pure: on PostgreSQL, when another daemon changed the conversation
+    /// since this copy was read, nothing is written, the copy is re-read and the decision is
+    /// made again on it, so what is returned is what was recorded on top of the other
+    /// daemons' changes. A call that loses that race [`MAX_ATTEMPTS`] times in a row (each
+    /// time to another daemon's write) gives up: `Unavailable`.
+    pub(crate) async fn update<'a, T>(
         &mut self,
-        domains: impl IntoIterator<Item = &'a str>,
         mark: Mark,
-    ) -> Result<()> {
+        mut decide: impl FnMut(&Conversation) -> (T, Vec<&'a str>),
+    ) -> (T, Result<()>) {
+        let mut attempt = 1;
+        loop {
+            let (decision, domains) = decide(&self.entry.state);
+            let written = self.record(domains, mark).await;
+            match written {
+                Ok(true) => return (decision, Ok(())),
+                Ok(false) if attempt < MAX_ATTEMPTS => attempt += 1,
+                Ok(false) => {
+                    let e = Error::Unavailable(format!(
+                        "the conversation was changed by other daemons {MAX_ATTEMPTS} times while this call \
+                         tried to record on it; try again"
+                    ));
+                    return (decision, Err(e));
+                }
+                Err(e) => return (decision, Err(e)),
+            }
+            // Another daemon's write came first: decide again on what it left.
+            let (generation, held) = (self.entry.generation, self.entry.last_seen);
+            if let Err(e) = reread(&self.session, &mut self.entry, generation, &self.id, Some(held)).await {
+                return (decision, Err(e));
+            }
+        }
+    }
+
+    /// Records `mark` on these domains on top of the version this copy was read at; `false`
+    /// when another daemon's write came first and nothing was written (see
+    /// [`ConversationGuard::update`]).
+    async fn record<'a>(&mut self, domains: impl IntoIterator<Item = &'a str>, mark: Mark) -> Result<bool> {
         let change = self.entry.state.change(domains, mark);
         if change.is_empty() {
-            return Ok(());
+            return Ok(true);
         }
         let entry = &mut *self.entry;
         entry.unsure = true;
-        let written = self
-            .session
-            .save_members(&self.id, entry.last_seen, &change.rows)
-            .await?;
         let expected = entry.in_db.then_some(entry.version);
-        // Another daemon wrote since this copy was read: re-read it on next use.
-        entry.unsure = written.is_some_and(|w| w.previous != expected);
-        if let Some(w) = written {
-            entry.version = w.version;
-        }
+        let saved = self
+            .session
+            .save_members(&self.id, entry.last_seen, &change.rows, expected)
+            .await?;
+        let Saved::Done(version) = saved else {
+            // Still unsure: re-read before it is used again.
+            return Ok(false);
+        };
+        entry.unsure = false;
+        entry.version = version.unwrap_or(0);
         entry.state.apply(change);
         entry.in_db = true;
         entry.flushed = entry.last_seen;
@@ -266,7 +306,7 @@ impl ConversationGuard {
                 },
             )
             .await;
-        Ok(())
+        Ok(true)
     }
 }
 
@@ -804,7 +844,7 @@ mod tests {
             .await
             .unwrap();
         other
-            .save_members("c1", 0, &[(0, member("a", true, true))])
+            .save_members("c1", 0, &[(0, member("a", true, true))], None)
             .await
             .unwrap();
         let mut e = s.lock("c1").await.unwrap();
@@ -836,38 +876,160 @@ mod tests {
 
     /// Two daemons' stores on one fresh PostgreSQL database; `None` without a test server.
     async fn replicas(ttl: Duration) -> Option<(Conversations, Conversations)> {
+        replicas_on(ttl).await.map(|(_, a, b)| (a, b))
+    }
+
+    /// [`replicas`], with the database's URL.
+    async fn replicas_on(ttl: Duration) -> Option<(String, Conversations, Conversations)> {
         let admin = crate::db::testing::postgres_url()?;
         let url = crate::db::testing::fresh_postgres_database(&admin).await;
         let a = Conversations::new(Db::connect(&url).await.unwrap(), ttl, 1 << 20);
         let b = Conversations::new(Db::connect(&url).await.unwrap(), ttl, 1 << 20);
-        Some((a, b))
+        Some((url, a, b))
     }
 
+    /// Each row: what another daemon does to a conversation (which held `a` loaded) while
+    /// this one holds its copy, read and checked current; what this one then records; and
+    /// the state stored after. The write finds the other daemon's, so the call decides again
+    /// on the state that daemon left: its answer and what every daemon then reads agree.
     #[tokio::test]
-    async fn on_postgres_a_domain_joins_after_every_stored_one_even_from_a_stale_copy() {
+    async fn on_postgres_a_call_records_on_top_of_what_another_daemon_wrote_meanwhile() {
         let Some((a, b)) = replicas(Duration::from_secs(3600)).await else {
             return;
         };
-        load_a(&a, "c1").await;
-        // b holds the conversation (checked current: `a` alone) while a adds two domains,
-        // one turn each; then b adds one from its copy, now stale.
-        let mut held = b.lock("c1").await.unwrap();
-        assert_eq!(held.state().members, vec![member("a", true, false)]);
-        for name in ["zeta", "eta"] {
-            let mut e = a.lock("c1").await.unwrap();
-            e.record([name], Mark::Hit).await.unwrap();
-        }
-        held.record(["beta"], Mark::Hit).await.unwrap();
-        drop(held);
-        // Every daemon sees the order they joined in: b's after the two already sent.
-        let want = vec![
-            member("a", true, false),
-            member("zeta", false, true),
-            member("eta", false, true),
-            member("beta", false, true),
+        type Marks = &'static [(&'static str, Mark)];
+        type Members = &'static [(&'static str, bool, bool)];
+        // (case, what the other daemon records, whether it then resets, what this one
+        // records, what is stored after)
+        type Case = (&'static str, Marks, bool, (&'static str, Mark), Members);
+        let cases: [Case; 4] = [
+            (
+                "domains another daemon added join first",
+                &[("zeta", Mark::Hit), ("eta", Mark::Hit)],
+                false,
+                ("beta", Mark::Hit),
+                &[
+                    ("a", true, false),
+                    ("zeta", false, true),
+                    ("eta", false, true),
+                    ("beta", false, true),
+                ],
+            ),
+            (
+                "a group another daemon loaded is loaded already",
+                &[("x", Mark::Loaded)],
+                false,
+                ("x", Mark::Loaded),
+                &[("a", true, false), ("x", true, false)],
+            ),
+            (
+                "a reset conversation stays reset: a hit brings no load back",
+                &[],
+                true,
+                ("a", Mark::Hit),
+                &[("a", false, true)],
+            ),
+            (
+                "a reset conversation takes a load from empty",
+                &[],
+                true,
+                ("y", Mark::Loaded),
+                &[("y", true, false)],
+            ),
         ];
-        assert_eq!(b.lock("c1").await.unwrap().state().members, want);
-        assert_eq!(a.lock("c1").await.unwrap().state().members, want);
+        for (n, (case, meanwhile, reset, (name, mark), want)) in cases.into_iter().enumerate() {
+            let id = format!("c{n}");
+            load_a(&a, &id).await;
+            let mut held = b.lock(&id).await.unwrap();
+            assert_eq!(held.state().members, vec![member("a", true, false)], "{case}");
+            // What the other daemon leaves, as this one will read it.
+            let mut left = held.state().clone();
+            for &(other, mark) in meanwhile {
+                assert!(
+                    a.lock(&id).await.unwrap().record([other], mark).await.unwrap(),
+                    "{case}"
+                );
+                left.apply(left.change([other], mark));
+            }
+            if reset {
+                a.reset(&id).await.unwrap();
+                left = Conversation::default();
+            }
+            let mut decisions = 0;
+            let (decided_on, recorded) = held
+                .update(mark, |state| {
+                    decisions += 1;
+                    (state.clone(), vec![name])
+                })
+                .await;
+            recorded.unwrap();
+            assert_eq!(decisions, 2, "{case}: decided again once");
+            assert_eq!(decided_on, left, "{case}: on the state the other daemon left");
+            let want: Vec<Member> = want.iter().map(|&(d, l, h)| member(d, l, h)).collect();
+            let stored =
+                b.db.session()
+                    .await
+                    .unwrap()
+                    .load_conversation(&id)
+                    .await
+                    .unwrap();
+            assert_eq!(stored.map(|s| s.members).unwrap_or_default(), want, "{case}");
+            assert_eq!(
+                held.state().members,
+                want,
+                "{case}: the copy held is what is stored"
+            );
+            drop(held);
+            assert_eq!(
+                a.lock(&id).await.unwrap().state().members,
+                want,
+                "{case}: on the other daemon"
+            );
+        }
+    }
+
+    /// A call the other daemons keep beating to the write gives up after [`MAX_ATTEMPTS`]
+    /// decisions, with the state it last read, and writes nothing of its own.
+    #[tokio::test]
+    async fn on_postgres_a_call_that_keeps_losing_the_race_gives_up_unavailable() {
+        let Some((url, a, b)) = replicas_on(Duration::from_secs(3600)).await else {
+            return;
+        };
+        load_a(&a, "c1").await;
+        let mut held = b.lock("c1").await.unwrap();
+        let mut decisions = 0;
+        let (_, recorded) = held
+            .update(Mark::Hit, |_| {
+                decisions += 1;
+                // Another daemon writes between every decision and its write (on its own
+                // runtime: this one waits for it).
+                let (url, name) = (url.clone(), format!("other{decisions}"));
+                std::thread::spawn(move || {
+                    tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .unwrap()
+                        .block_on(async {
+                            let s = Db::connect(&url).await.unwrap().session().await.unwrap();
+                            let read = s.conversation_stamp("c1").await.unwrap().map(|s| s.version);
+                            let row = [(usize::MAX, member(&name, false, true))];
+                            let saved = s.save_members("c1", 0, &row, read).await.unwrap();
+                            assert!(matches!(saved, Saved::Done(_)), "{saved:?}");
+                        });
+                })
+                .join()
+                .unwrap();
+                ((), vec!["mine"])
+            })
+            .await;
+        let err = recorded.unwrap_err();
+        assert_eq!(decisions, MAX_ATTEMPTS);
+        assert!(matches!(err, Error::Unavailable(_)), "{err:?}");
+        assert!(err.to_string().contains("try again"), "{err}");
+        drop(held);
+        let members = a.lock("c1").await.unwrap().state().members.clone();
+        assert_eq!(members.len(), 1 + MAX_ATTEMPTS as usize);
+        assert!(members.iter().all(|m| m.domain != "mine"), "{members:?}");
     }
 
     #[tokio::test]

@@ -933,15 +933,24 @@ impl State {
                 return (view, decision);
             }
         };
-        let decision = decide(Some(entry.state()));
-        if !decision.new_hits.is_empty() && !dry_run {
-            let names = decision
-                .new_hits
-                .iter()
-                .map(|&d| view.registry.domain(d).name.as_str());
-            if let Err(e) = entry.record(names, Mark::Hit).await {
-                tracing::warn!(error = %e, "cannot remember this turn's keyword hits");
-            }
+        if dry_run {
+            let decision = decide(Some(entry.state()));
+            return (view, decision);
+        }
+        let registry = &view.registry;
+        let (decision, recorded) = entry
+            .update(Mark::Hit, |state| {
+                let decision = decide(Some(state));
+                let names = decision
+                    .new_hits
+                    .iter()
+                    .map(|&d| registry.domain(d).name.as_str())
+                    .collect();
+                (decision, names)
+            })
+            .await;
+        if let Err(e) = recorded {
+            tracing::warn!(error = %e, "cannot remember this turn's keyword hits");
         }
         (view, decision)
     }
@@ -960,11 +969,18 @@ impl State {
         let convs = &self.inner.conversations;
         let mut entry = convs.lock(conversation_id).await?;
         let activation = view.scope(profile).activation;
-        let load = router::load(&view.registry, activation, entry.state(), group)?;
-        if !load.already_loaded {
-            entry.record([group], Mark::Loaded).await?;
-        }
-        Ok(Loaded { view, load })
+        let (load, recorded) = entry
+            .update(Mark::Loaded, |state| {
+                let load = router::load(&view.registry, activation, state, group);
+                let names = match &load {
+                    Ok(load) if !load.already_loaded => vec![group],
+                    _ => Vec::new(),
+                };
+                (load, names)
+            })
+            .await;
+        recorded?;
+        Ok(Loaded { view, load: load? })
     }
 
     /// Searches the tools a consumer may see (SPEC §5 `SearchTools`); with a conversation
@@ -1003,13 +1019,22 @@ impl State {
                 // Domains joining on one turn join by name (SPEC §4); the answer keeps rank.
                 let mut joining = groups.clone();
                 joining.sort_unstable();
-                newly_loaded = groups
+                let names: Vec<&str> = joining
                     .iter()
-                    .copied()
-                    .filter(|&d| !entry.state().is_loaded(&registry.domain(d).name))
+                    .map(|&d| registry.domain(d).name.as_str())
                     .collect();
-                let names = joining.iter().map(|&d| registry.domain(d).name.as_str());
-                entry.record(names, Mark::Loaded).await?;
+                let recorded;
+                (newly_loaded, recorded) = entry
+                    .update(Mark::Loaded, |state| {
+                        let newly: Vec<DomainId> = groups
+                            .iter()
+                            .copied()
+                            .filter(|&d| !state.is_loaded(&registry.domain(d).name))
+                            .collect();
+                        (newly, names.clone())
+                    })
+                    .await;
+                recorded?;
                 loaded = groups;
             }
         }

@@ -18,7 +18,7 @@ mod helpers;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use helpers::{Daemon, fresh_postgres_database, load_request, reasons, route_request};
+use helpers::{Daemon, fresh_postgres_database, load_request, reasons, route_request, routed};
 use tokio::sync::RwLock;
 use tonic::Code;
 use toolrouter::cli::connection::Client;
@@ -227,6 +227,128 @@ async fn a_group_loaded_through_one_replica_is_loaded_on_the_others_next_call() 
         .into_inner();
     assert!(!routed_loaded(&r, "sonarr"), "{:?}", reasons(&r));
     f.ui.close().await;
+}
+
+/// The answer's domains among `of`, in its order.
+fn among(r: &toolrouter::proto::RouteResponse, of: &[&str]) -> Vec<String> {
+    routed(r)
+        .into_iter()
+        .filter(|d| of.contains(&d.as_str()))
+        .collect()
+}
+
+/// Calls on one conversation through several replicas at the same moment take effect one
+/// after the other, each on the state the one before it left, as on one daemon: one of three
+/// loads of a group is the first; a reset racing a turn never brings back what it removed;
+/// two turns that each hit a domain are answered in the order the domains joined.
+#[tokio::test]
+async fn calls_on_one_conversation_through_several_replicas_at_once_take_turns() {
+    let Some(f) = fleet(&["sonarr_url", "radarr_url"], &[]).await else {
+        return;
+    };
+    let c = &f.clients;
+    const ROUNDS: usize = 20;
+    for round in 0..ROUNDS {
+        // Every replica knows the conversation (cached) before the race.
+        let (loads, resets, turns) = (format!("l{round}"), format!("r{round}"), format!("t{round}"));
+        for (i, client) in c.iter().enumerate() {
+            let mut client = client.clone();
+            for id in [&loads, &resets, &turns] {
+                client.route(route_request("thanks", id)).await.unwrap();
+            }
+            if i == 0 {
+                client
+                    .load_tool_group(load_request(&resets, "sonarr"))
+                    .await
+                    .unwrap();
+            }
+        }
+        let load = |i: usize| {
+            let (mut client, id) = (c[i].clone(), loads.clone());
+            async move {
+                client
+                    .load_tool_group(load_request(&id, "sonarr"))
+                    .await
+                    .unwrap()
+                    .into_inner()
+            }
+        };
+        let (a, b, d) = tokio::join!(load(0), load(1), load(2));
+        let first = [a, b, d].iter().filter(|l| !l.already_loaded).count();
+        assert_eq!(first, 1, "round {round}: loads that said they were the first");
+
+        let (mut hit, mut reset) = (c[1].clone(), c[2].clone());
+        let (routed_hit, ()) = tokio::join!(
+            async {
+                hit.route(route_request("next episode", &resets))
+                    .await
+                    .unwrap()
+                    .into_inner()
+            },
+            async {
+                let request = toolrouter::proto::ResetConversationRequest {
+                    conversation_id: resets.clone(),
+                };
+                reset.reset_conversation(request).await.unwrap();
+            }
+        );
+        assert!(
+            among(&routed_hit, &["sonarr"]) == ["sonarr"],
+            "{:?}",
+            reasons(&routed_hit)
+        );
+        let after = c[0]
+            .clone()
+            .route(route_request("thanks", &resets))
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(
+            !routed_loaded(&after, "sonarr"),
+            "round {round}: a reset brought back by a turn: {:?}",
+            reasons(&after)
+        );
+
+        let (mut one, mut two) = (c[1].clone(), c[2].clone());
+        let (movie, episode) = tokio::join!(
+            async {
+                one.route(route_request("a movie", &turns))
+                    .await
+                    .unwrap()
+                    .into_inner()
+            },
+            async {
+                two.route(route_request("next episode", &turns))
+                    .await
+                    .unwrap()
+                    .into_inner()
+            }
+        );
+        let both = ["radarr", "sonarr"];
+        let joined = among(
+            &c[0]
+                .clone()
+                .route(route_request("thanks", &turns))
+                .await
+                .unwrap()
+                .into_inner(),
+            &both,
+        );
+        assert_eq!(joined.len(), 2, "round {round}: {joined:?}");
+        // The turn whose domain joined first came first: it did not see the other's.
+        let (earlier, later) = if joined[0] == "radarr" {
+            (&movie, &episode)
+        } else {
+            (&episode, &movie)
+        };
+        assert_eq!(
+            among(earlier, &both),
+            joined[..1],
+            "round {round}: {:?}",
+            reasons(earlier)
+        );
+        assert_eq!(among(later, &both), joined, "round {round}: {:?}", reasons(later));
+    }
 }
 
 #[tokio::test]

@@ -246,13 +246,14 @@ pub(crate) struct Stamp {
     pub last_seen: i64,
 }
 
-/// A write of a conversation's domains among other daemons' writes (PostgreSQL).
+/// What a write of a conversation's domains did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Written {
-    /// The version the write replaced; `None` when it created the row.
-    pub previous: Option<i64>,
-    /// The version it made.
-    pub version: i64,
+pub(crate) enum Saved {
+    /// Written: the version it made (PostgreSQL; `None` on SQLite, which keeps none).
+    Done(Option<i64>),
+    /// Nothing written: the conversation is no longer at the version the writer expected
+    /// (another daemon changed or forgot it since the writer's copy was read).
+    Stale,
 }
 
 /// What other daemons and programs announce (PostgreSQL).
@@ -638,29 +639,33 @@ impl Session {
     }
 
     /// Writes the members that joined or changed (each at its position in join order) and
-    /// the last-seen time, in one transaction. Flags only ever turn on, so concurrent writers
-    /// cannot lose each other's changes. On PostgreSQL, the versions it replaced and made;
-    /// `None` on SQLite, which keeps none.
+    /// the last-seen time, in one transaction, on top of the conversation as the writer read
+    /// it: at version `expected`, or with no row when `None`. On PostgreSQL, where other
+    /// daemons write too, a conversation no longer at that version is left as it is
+    /// ([`Saved::Stale`]); on SQLite one daemon owns the file and its calls on one
+    /// conversation take turns, so `expected` always holds.
     #[tracing::instrument(skip(self, id, members))]
     pub(crate) async fn save_members(
         &self,
         id: &str,
         now_ms: i64,
         members: &[(usize, Member)],
-    ) -> Result<Option<Written>> {
+        expected: Option<i64>,
+    ) -> Result<Saved> {
         counted(match &self.pool {
             Pool::Sqlite(pool) => sqlite::save_members(pool, id, now_ms, members)
                 .await
-                .map(|()| None)
+                .map(|()| Saved::Done(None))
                 .map_err(Error::from),
-            Pool::Postgres(pool) => bounded(
-                self.bound,
-                &self.reach,
-                Some(self.admitted),
-                postgres::save_members(pool, id, now_ms, members),
-            )
-            .await
-            .map(Some),
+            Pool::Postgres(pool) => {
+                bounded(
+                    self.bound,
+                    &self.reach,
+                    Some(self.admitted),
+                    postgres::save_members(pool, id, now_ms, members, expected),
+                )
+                .await
+            }
         })
     }
 

@@ -15,9 +15,10 @@
 //! was sent while it was down is lost.
 //!
 //! **Versions.** Every write of a conversation's domains takes a new version from one
-//! sequence and records the version it replaced, so a daemon can tell that its cached copy
-//! is current ([`conversation_stamp`]) and that its own write did not skip another's
-//! ([`Written::previous`]).
+//! sequence, so a daemon can tell that its cached copy is current ([`conversation_stamp`]),
+//! and a write happens only on top of the version its writer read ([`save_members`]): two
+//! daemons' calls on one conversation take effect one after the other, each on the other's
+//! result.
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -25,7 +26,7 @@ use std::time::Duration;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
 use tokio::sync::mpsc;
 
-use super::{Notice, Stamp, StoredConversation, Written};
+use super::{Notice, Saved, Stamp, StoredConversation};
 use crate::error::{Error, Result};
 use crate::router::Member;
 
@@ -451,25 +452,44 @@ pub(super) async fn save_members(
     id: &str,
     now_ms: i64,
     members: &[(usize, Member)],
-) -> sqlx::Result<Written> {
+    expected: Option<i64>,
+) -> sqlx::Result<Saved> {
     let mut tx = pool.begin().await?;
-    // The upsert locks the row until commit, so writers of one conversation take turns and
-    // each learns the version it replaced.
-    let (previous, version): (Option<i64>, i64) = sqlx::query_as(
-        "INSERT INTO conversations (id, last_seen, version, previous) \
-         VALUES ($1, $2, nextval('conversation_versions'), NULL) \
-         ON CONFLICT (id) DO UPDATE SET last_seen = GREATEST(conversations.last_seen, excluded.last_seen), \
-         previous = conversations.version, version = excluded.version \
-         RETURNING previous, version",
-    )
-    .bind(id)
-    .bind(now_ms)
-    .fetch_one(&mut *tx)
-    .await?;
+    // The conversation row moves to a new version only from the expected one (or is created
+    // only where there is none). Either statement locks the row until commit, or waits for
+    // the writer that holds it and then finds its version (or its row) gone: writers of one
+    // conversation take turns, and one that lost the turn writes nothing.
+    let version: Option<i64> = match expected {
+        Some(expected) => {
+            sqlx::query_scalar(
+                "UPDATE conversations SET last_seen = GREATEST(last_seen, $2), previous = version, \
+             version = nextval('conversation_versions') WHERE id = $1 AND version = $3 RETURNING version",
+            )
+            .bind(id)
+            .bind(now_ms)
+            .bind(expected)
+            .fetch_optional(&mut *tx)
+            .await?
+        }
+        None => {
+            sqlx::query_scalar(
+                "INSERT INTO conversations (id, last_seen, version, previous) \
+             VALUES ($1, $2, nextval('conversation_versions'), NULL) \
+             ON CONFLICT (id) DO NOTHING RETURNING version",
+            )
+            .bind(id)
+            .bind(now_ms)
+            .fetch_optional(&mut *tx)
+            .await?
+        }
+    };
+    let Some(version) = version else {
+        // Dropped uncommitted: rolled back.
+        return Ok(Saved::Stale);
+    };
     // Rows come in the order of their positions. A domain not stored yet joins after every
-    // stored one, in that order, whatever position the writer's copy gave it: another
-    // replica may have added domains since that copy was read, and they were sent first.
-    // (The row lock above makes this statement see every earlier writer's rows.)
+    // stored one, in that order. (The writer's copy is the stored state, so that is the
+    // position it gave; the statement does not rely on it.)
     let (mut domains, mut loaded, mut hit) = (Vec::new(), Vec::new(), Vec::new());
     for (_, m) in members {
         domains.push(m.domain.as_str());
@@ -496,7 +516,7 @@ pub(super) async fn save_members(
     .execute(&mut *tx)
     .await?;
     tx.commit().await?;
-    Ok(Written { previous, version })
+    Ok(Saved::Done(Some(version)))
 }
 
 pub(super) async fn touch_conversation(pool: &PgPool, id: &str, now_ms: i64) -> sqlx::Result<()> {

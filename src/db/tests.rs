@@ -62,6 +62,7 @@ on_both_backends!(
     conversations_are_deleted_one_by_one_or_when_idle,
     an_idle_conversation_is_forgotten_only_while_no_later_use_is_recorded,
     a_stamp_tells_a_current_copy_from_a_stale_one,
+    a_write_happens_only_on_top_of_the_version_its_writer_read,
     domains_are_stored_replaced_read_by_name_and_deleted,
     settings_are_read_from_a_url_without_changing_the_database,
 );
@@ -106,6 +107,11 @@ async fn settings_are_read_from_a_url_without_changing_the_database(f: Fixture) 
     }
 }
 
+/// The version `id` is stored at, as a writer that just read it expects.
+async fn version(db: &Session, id: &str) -> Option<i64> {
+    db.conversation_stamp(id).await.unwrap().map(|s| s.version)
+}
+
 fn member(domain: &str, loaded: bool, hit: bool) -> Member {
     Member {
         domain: domain.into(),
@@ -134,10 +140,11 @@ async fn members_are_saved_in_join_order_and_flags_only_turn_on(f: Fixture) {
         "c",
         10,
         &[(0, member("b", true, false)), (1, member("a", false, true))],
+        None,
     )
     .await
     .unwrap();
-    db.save_members("c", 5, &[(0, member("b", false, true))])
+    db.save_members("c", 5, &[(0, member("b", false, true))], version(&db, "c").await)
         .await
         .unwrap();
     let stored = db.load_conversation("c").await.unwrap().unwrap();
@@ -155,7 +162,7 @@ async fn members_are_saved_in_join_order_and_flags_only_turn_on(f: Fixture) {
 async fn conversations_are_deleted_one_by_one_or_when_idle(f: Fixture) {
     let db = f.db.session().await.unwrap();
     for (id, seen) in [("old", 1), ("new", 100), ("gone", 100)] {
-        db.save_members(id, seen, &[(0, member("a", true, false))])
+        db.save_members(id, seen, &[(0, member("a", true, false))], None)
             .await
             .unwrap();
     }
@@ -165,7 +172,7 @@ async fn conversations_are_deleted_one_by_one_or_when_idle(f: Fixture) {
     assert_eq!(db.load_conversation("old").await.unwrap(), None);
     assert!(db.load_conversation("new").await.unwrap().is_some());
     // Re-created after a delete, a conversation starts empty.
-    db.save_members("gone", 100, &[(0, member("b", false, true))])
+    db.save_members("gone", 100, &[(0, member("b", false, true))], None)
         .await
         .unwrap();
     let members = db.load_conversation("gone").await.unwrap().unwrap().members;
@@ -174,7 +181,7 @@ async fn conversations_are_deleted_one_by_one_or_when_idle(f: Fixture) {
 
 async fn an_idle_conversation_is_forgotten_only_while_no_later_use_is_recorded(f: Fixture) {
     let db = f.db.session().await.unwrap();
-    db.save_members("c", 10, &[(0, member("a", true, false))])
+    db.save_members("c", 10, &[(0, member("a", true, false))], None)
         .await
         .unwrap();
     // Another daemon recorded a use at 30: idle since before 20 no longer holds.
@@ -191,7 +198,7 @@ async fn a_stamp_tells_a_current_copy_from_a_stale_one(f: Fixture) {
     let db = f.db.session().await.unwrap();
     assert_eq!(db.conversation_stamp("c").await.unwrap(), None);
     let first = db
-        .save_members("c", 10, &[(0, member("a", true, false))])
+        .save_members("c", 10, &[(0, member("a", true, false))], None)
         .await
         .unwrap();
     let stored = db.load_conversation("c").await.unwrap().unwrap();
@@ -203,32 +210,82 @@ async fn a_stamp_tells_a_current_copy_from_a_stale_one(f: Fixture) {
     assert_eq!(touched.last_seen, 40);
     assert_eq!(touched.version, stamp.version, "a use alone keeps the version");
     let second = db
-        .save_members("c", 50, &[(1, member("b", false, true))])
+        .save_members("c", 50, &[(1, member("b", false, true))], Some(stamp.version))
         .await
         .unwrap();
     match (first, second) {
         // SQLite: one daemon per file, no versions.
-        (None, None) => assert!(!f.db.shared()),
-        (Some(first), Some(second)) => {
+        (Saved::Done(None), Saved::Done(None)) => assert!(!f.db.shared()),
+        (Saved::Done(Some(first)), Saved::Done(Some(second))) => {
             assert!(f.db.shared());
-            assert_eq!(first.previous, None, "the first write created the row");
-            assert_eq!(first.version, stored.version);
-            assert_eq!(second.previous, Some(first.version));
-            assert_ne!(second.version, first.version);
+            assert_eq!(first, stored.version);
+            assert_ne!(second, first);
             let now = db.conversation_stamp("c").await.unwrap().unwrap();
-            assert_eq!(now.version, second.version);
+            assert_eq!(now.version, second);
             // A delete and a new write never bring an old version back.
             db.delete_conversation("c").await.unwrap();
             let again = db
-                .save_members("c", 60, &[(0, member("a", true, false))])
+                .save_members("c", 60, &[(0, member("a", true, false))], None)
                 .await
-                .unwrap()
                 .unwrap();
-            assert_eq!(again.previous, None);
-            assert!(again.version != first.version && again.version != second.version);
+            let Saved::Done(Some(again)) = again else {
+                panic!("{again:?}")
+            };
+            assert!(again != first && again != second);
         }
         other => panic!("versions on one write and not the other: {other:?}"),
     }
+}
+
+async fn a_write_happens_only_on_top_of_the_version_its_writer_read(f: Fixture) {
+    let db = f.db.session().await.unwrap();
+    let a = [(0, member("a", true, false))];
+    let b = [(1, member("b", false, true))];
+    db.save_members("c", 10, &a, None).await.unwrap();
+    let read = version(&db, "c").await;
+    let stored = db.load_conversation("c").await.unwrap();
+    // Another daemon writes (or forgets the conversation) after `read`.
+    let other = [(1, member("z", true, false))];
+    db.save_members("c", 20, &other, read).await.unwrap();
+    let moved = db.load_conversation("c").await.unwrap();
+    let (stale, gone, taken) = (
+        db.save_members("c", 30, &b, read).await.unwrap(),
+        async {
+            db.delete_conversation("g").await.unwrap();
+            db.save_members("g", 10, &a, None).await.unwrap();
+            let read = version(&db, "g").await;
+            db.delete_conversation("g").await.unwrap();
+            db.save_members("g", 30, &b, read).await.unwrap()
+        }
+        .await,
+        db.save_members("c", 30, &b, None).await.unwrap(),
+    );
+    if !f.db.shared() {
+        // SQLite: one daemon per file, whose calls on a conversation take turns.
+        assert_eq!([stale, gone, taken], [Saved::Done(None); 3]);
+        return;
+    }
+    assert_ne!(stored, moved, "the other write went through");
+    assert_eq!(stale, Saved::Stale, "a version another daemon replaced");
+    assert_eq!(gone, Saved::Stale, "a conversation another daemon forgot");
+    assert_eq!(taken, Saved::Stale, "a conversation another daemon created");
+    assert_eq!(db.load_conversation("c").await.unwrap(), moved, "nothing written");
+    assert_eq!(db.load_conversation("g").await.unwrap(), None, "nothing written");
+    // On top of the version now stored, the write goes through.
+    let now = version(&db, "c").await;
+    assert!(matches!(
+        db.save_members("c", 30, &b, now).await.unwrap(),
+        Saved::Done(Some(_))
+    ));
+    let members = db.load_conversation("c").await.unwrap().unwrap().members;
+    assert_eq!(
+        members,
+        vec![
+            member("a", true, false),
+            member("z", true, false),
+            member("b", false, true)
+        ]
+    );
 }
 
 async fn domains_are_stored_replaced_read_by_name_and_deleted(f: Fixture) {
@@ -776,7 +833,7 @@ async fn a_call_waits_for_an_unreachable_server_once_not_once_per_statement() {
     assert_eq!(tonic::Status::from(first).code(), tonic::Code::Unavailable);
     let then = std::time::Instant::now();
     let second = session
-        .save_members("c", 1, &[(0, member("d", true, false))])
+        .save_members("c", 1, &[(0, member("d", true, false))], None)
         .await
         .unwrap_err();
     assert!(
@@ -807,7 +864,7 @@ async fn a_backup_moved_over_the_file_in_use_is_reopened_intact() {
         .await
         .unwrap();
     for i in 0..300 {
-        s.save_members(&format!("c{i}"), i, &[(0, member("d", true, false))])
+        s.save_members(&format!("c{i}"), i, &[(0, member("d", true, false))], None)
             .await
             .unwrap();
     }
@@ -819,7 +876,7 @@ async fn a_backup_moved_over_the_file_in_use_is_reopened_intact() {
         None,
         "the backup's state"
     );
-    s.save_members("after", 1, &[(0, member("d", true, false))])
+    s.save_members("after", 1, &[(0, member("d", true, false))], None)
         .await
         .unwrap();
     assert_eq!(
@@ -983,7 +1040,7 @@ fn statement_spans_do_not_record_conversation_ids() {
             let f = sqlite_fixture().await.unwrap();
             let id = "alice@example.com";
             let s = f.db.session().await.unwrap();
-            s.save_members(id, 1, &[(0, member("d", true, false))])
+            s.save_members(id, 1, &[(0, member("d", true, false))], None)
                 .await
                 .unwrap();
             s.load_conversation(id).await.unwrap().unwrap();
