@@ -12,7 +12,7 @@
 //!   cost ratio = tools sent / oracle tools;
 //! - fallback rate, answers' domains counted by reason, and route time per message.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
 use std::time::Instant;
 
@@ -215,7 +215,9 @@ pub fn evaluate(
     labelled: &[Labelled],
 ) -> Report {
     let registry = inputs.registry;
+    // Unknown labels in the order first met, each once (a set keeps it linear in them).
     let mut unknown: Vec<String> = Vec::new();
+    let mut unknown_seen: HashSet<&str> = HashSet::new();
     let mut outcomes: Vec<(&str, Outcome)> = Vec::with_capacity(labelled.len());
     // Tools as the daemon sends them: disabled ones are not.
     let tools = |d: DomainId| activation.visible_count(registry, d);
@@ -225,19 +227,18 @@ pub fn evaluate(
         let started = Instant::now();
         let decision = router::route(inputs, activation, None, &l.query, options);
         let micros = started.elapsed().as_secs_f64() * 1e6;
-        let included: Vec<DomainId> = decision.domains.iter().map(|i| i.domain).collect();
+        let included: HashSet<DomainId> = decision.domains.iter().map(|i| i.domain).collect();
         // Each label once; one the registry does not have is never found.
         let mut found = 0;
         let mut oracle = core_tools;
-        let mut wanted: Vec<DomainId> = Vec::new();
-        let mut missing: Vec<&str> = Vec::new();
+        let mut wanted: HashSet<DomainId> = HashSet::new();
+        let mut missing: HashSet<&str> = HashSet::new();
         for name in &l.domains {
             match registry.find(name) {
                 Some(d) => {
-                    if wanted.contains(&d) {
+                    if !wanted.insert(d) {
                         continue;
                     }
-                    wanted.push(d);
                     found += usize::from(included.contains(&d));
                     // Exactly the labelled domains and the core ones: an active core one
                     // is counted already.
@@ -246,10 +247,8 @@ pub fn evaluate(
                     }
                 }
                 None => {
-                    if !missing.contains(&name.as_str()) {
-                        missing.push(name);
-                    }
-                    if !unknown.contains(name) {
+                    missing.insert(name);
+                    if unknown_seen.insert(name) {
                         unknown.push(name.clone());
                     }
                 }
@@ -334,7 +333,7 @@ mod tests {
             index: &index,
         };
         let report = evaluate(inputs, &activation, &options, &labelled);
-        assert_eq!(report.unknown_domains, vec!["zzz".to_string()]);
+        assert_eq!(report.unknown_domains, ["zzz"]);
         let x = &report.splits["x"];
         assert_eq!(x.queries, 2);
         assert_eq!(x.strict_recall, 0.5);
@@ -357,8 +356,18 @@ mod tests {
             label("alpha", &["a", "a"], "twice"),
             label("alpha", &["zzz", "zzz", "a"], "twice"),
             label("alpha", &[], "none"),
+            // Known and unknown alike: a found of yyy, a and zzz; a's tools counted once.
+            label("alpha", &["yyy", "a", "zzz", "yyy", "a"], "mixed"),
         ];
         let report = evaluate(inputs, &activation, &options, &labelled);
+        assert_eq!(
+            report.unknown_domains,
+            ["zzz", "yyy"],
+            "each once, in the order first met"
+        );
+        let mixed = &report.splits["mixed"];
+        assert_eq!((mixed.strict_recall, mixed.soft_recall), (0.0, 1.0 / 3.0));
+        assert_eq!(mixed.oracle_tools, 3.0, "a + core");
         let twice = &report.splits["twice"];
         assert_eq!((twice.strict_recall, twice.soft_recall), (0.5, 0.75));
         let none = &report.splits["none"];
