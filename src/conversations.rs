@@ -152,6 +152,15 @@ async fn reread(
     Ok(())
 }
 
+/// Writes these conversations' clocks, in batches (see [`Session::touch_conversations`]).
+async fn touch<'a>(session: &Session, clocks: impl Iterator<Item = (&'a Arc<str>, i64)>) -> Result<()> {
+    let clocks: Vec<(&str, i64)> = clocks.map(|(id, seen)| (&**id, seen)).collect();
+    if clocks.is_empty() {
+        return Ok(());
+    }
+    session.touch_conversations(&clocks).await
+}
+
 /// Estimated bytes a cached conversation holds.
 fn weight(id: &str, state: &Conversation) -> u32 {
     let members: usize = state
@@ -528,29 +537,33 @@ impl Conversations {
         let cutoff = self.idle_cutoff(now_ms());
         let session = self.db.session().await?;
         let left: Vec<(Arc<str>, i64)> = self.clocks.map().iter().map(|(id, &t)| (id.clone(), t)).collect();
-        for (id, seen) in left {
-            session.touch_conversation(&id, seen).await?;
+        touch(&session, left.iter().map(|(id, seen)| (id, *seen))).await?;
+        {
             let mut map = self.clocks.map();
-            if map.get(&id).is_some_and(|&t| t <= seen) {
-                map.remove(&id);
+            for (id, seen) in &left {
+                if map.get(id).is_some_and(|&t| t <= *seen) {
+                    map.remove(id);
+                }
             }
         }
         // Those a call holds as the loop meets them, flushed once it is done (below).
         let mut in_use: Vec<(Arc<str>, Arc<Mutex<Entry>>)> = Vec::new();
+        let mut due: Vec<(Arc<str>, Arc<Mutex<Entry>>, i64)> = Vec::new();
         for (id, cached) in self.cache.iter() {
             let entry = &cached.entry;
-            let (seen, due) = {
-                let Ok(e) = entry.try_lock() else {
-                    in_use.push(((*id).clone(), entry.clone()));
-                    continue;
-                };
-                (e.last_seen, e.in_db && e.last_seen > e.flushed)
+            let Ok(e) = entry.try_lock() else {
+                in_use.push(((*id).clone(), entry.clone()));
+                continue;
             };
-            if due {
-                session.touch_conversation(&id, seen).await?;
-                if let Ok(mut e) = entry.try_lock() {
-                    e.flushed = e.flushed.max(seen);
-                }
+            if e.in_db && e.last_seen > e.flushed {
+                due.push(((*id).clone(), entry.clone(), e.last_seen));
+            }
+        }
+        touch(&session, due.iter().map(|(id, _, seen)| (id, *seen))).await?;
+        for (_, entry, seen) in due {
+            // One a call holds now is flushed again next time, at worst.
+            if let Ok(mut e) = entry.try_lock() {
+                e.flushed = e.flushed.max(seen);
             }
         }
         // The conversations calls hold (cached or not): a call's clock may be newer than the
@@ -571,12 +584,20 @@ impl Conversations {
                 in_use.push((id, entry));
             }
         }
+        let mut due = Vec::new();
         for (id, entry) in in_use {
-            let mut e = entry.lock().await;
-            if e.in_db && e.last_seen > e.flushed {
-                session.touch_conversation(&id, e.last_seen).await?;
-                e.flushed = e.last_seen;
+            let seen = {
+                let e = entry.lock().await;
+                (e.in_db && e.last_seen > e.flushed).then_some(e.last_seen)
+            };
+            if let Some(seen) = seen {
+                due.push((id, entry, seen));
             }
+        }
+        touch(&session, due.iter().map(|(id, _, seen)| (id, *seen))).await?;
+        for (_, entry, seen) in due {
+            let mut e = entry.lock().await;
+            e.flushed = e.flushed.max(seen);
         }
         session.delete_idle_conversations(cutoff).await?;
         Ok(())

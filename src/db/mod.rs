@@ -246,6 +246,10 @@ pub(crate) struct Stamp {
     pub last_seen: i64,
 }
 
+/// Conversation clocks written by one transaction (SQLite, which holds its write lock
+/// meanwhile) or one statement (PostgreSQL) of the idle-clock flush.
+pub(crate) const TOUCH_BATCH: usize = 500;
+
 /// What a write of a conversation's domains did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Saved {
@@ -669,10 +673,15 @@ impl Session {
         })
     }
 
-    /// Moves a conversation's last-seen time forward (the lazy idle-clock flush).
-    #[tracing::instrument(skip(self, id))]
-    pub(crate) async fn touch_conversation(&self, id: &str, now_ms: i64) -> Result<()> {
-        dispatch!(self, touch_conversation(id, now_ms))
+    /// Moves conversations' last-seen times forward (the lazy idle-clock flush; a time never
+    /// moves back, and an id given twice counts its latest time), [`TOUCH_BATCH`] at a time:
+    /// one transaction each on SQLite, one statement each on PostgreSQL.
+    #[tracing::instrument(skip_all, fields(conversations = clocks.len()))]
+    pub(crate) async fn touch_conversations(&self, clocks: &[(&str, i64)]) -> Result<()> {
+        for batch in clocks.chunks(TOUCH_BATCH) {
+            dispatch!(self, touch_conversations(batch))?;
+        }
+        Ok(())
     }
 
     /// Forgets one conversation.

@@ -519,13 +519,27 @@ pub(super) async fn save_members(
     Ok(Saved::Done(Some(version)))
 }
 
-pub(super) async fn touch_conversation(pool: &PgPool, id: &str, now_ms: i64) -> sqlx::Result<()> {
-    sqlx::query("UPDATE conversations SET last_seen = GREATEST(last_seen, $2) WHERE id = $1")
-        .bind(id)
-        .bind(now_ms)
-        .execute(pool)
-        .await
-        .map(drop)
+pub(super) async fn touch_conversations(pool: &PgPool, clocks: &[(&str, i64)]) -> sqlx::Result<()> {
+    let (ids, seen): (Vec<&str>, Vec<i64>) = clocks.iter().copied().unzip();
+    let mut tx = pool.begin().await?;
+    // Every statement that locks several conversations locks them in id order first, so
+    // two replicas' clock flushes and idle deletes wait for each other instead of
+    // deadlocking. (A statement that locks one conversation, a write of its domains, holds
+    // no other.)
+    sqlx::query("SELECT COUNT(*) FROM (SELECT id FROM conversations WHERE id = ANY($1) ORDER BY id FOR UPDATE) AS locked")
+        .bind(&ids)
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query(
+        "UPDATE conversations c SET last_seen = GREATEST(c.last_seen, v.seen) \
+         FROM (SELECT id, MAX(seen) AS seen FROM UNNEST($1::text[], $2::bigint[]) AS u(id, seen) GROUP BY id) AS v \
+         WHERE c.id = v.id",
+    )
+    .bind(&ids)
+    .bind(&seen)
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await
 }
 
 pub(super) async fn delete_conversation(pool: &PgPool, id: &str) -> sqlx::Result<()> {
@@ -548,11 +562,19 @@ pub(super) async fn forget_idle_conversation(pool: &PgPool, id: &str, cutoff_ms:
 }
 
 pub(super) async fn delete_idle_conversations(pool: &PgPool, cutoff_ms: i64) -> sqlx::Result<u64> {
-    sqlx::query("DELETE FROM conversations WHERE last_seen < $1")
+    let mut tx = pool.begin().await?;
+    // In id order, as `touch_conversations` locks them.
+    sqlx::query("SELECT COUNT(*) FROM (SELECT id FROM conversations WHERE last_seen < $1 ORDER BY id FOR UPDATE) AS locked")
         .bind(cutoff_ms)
-        .execute(pool)
-        .await
-        .map(|r| r.rows_affected())
+        .execute(&mut *tx)
+        .await?;
+    let deleted = sqlx::query("DELETE FROM conversations WHERE last_seen < $1")
+        .bind(cutoff_ms)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+    tx.commit().await?;
+    Ok(deleted)
 }
 
 pub(super) async fn read_domains(

@@ -538,13 +538,19 @@ pub(super) async fn save_members(
     .await
 }
 
-pub(super) async fn touch_conversation(pool: &SqlitePool, id: &str, now_ms: i64) -> sqlx::Result<()> {
-    sqlx::query("UPDATE conversations SET last_seen = max(last_seen, ?2) WHERE id = ?1")
-        .bind(id)
-        .bind(now_ms)
-        .execute(pool)
-        .await
-        .map(drop)
+pub(super) async fn touch_conversations(pool: &SqlitePool, clocks: &[(&str, i64)]) -> sqlx::Result<()> {
+    // One commit (one sync of the log) for the batch.
+    in_transaction(pool, async |tx| {
+        for &(id, seen) in clocks {
+            sqlx::query("UPDATE conversations SET last_seen = max(last_seen, ?2) WHERE id = ?1")
+                .bind(id)
+                .bind(seen)
+                .execute(&mut *tx)
+                .await?;
+        }
+        Ok(())
+    })
+    .await
 }
 
 pub(super) async fn delete_conversation(pool: &SqlitePool, id: &str) -> sqlx::Result<()> {

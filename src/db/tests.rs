@@ -60,6 +60,7 @@ on_both_backends!(
     settings_can_be_set_replaced_read_and_unset,
     members_are_saved_in_join_order_and_flags_only_turn_on,
     conversations_are_deleted_one_by_one_or_when_idle,
+    clocks_are_written_in_batches_and_never_move_back,
     an_idle_conversation_is_forgotten_only_while_no_later_use_is_recorded,
     a_stamp_tells_a_current_copy_from_a_stale_one,
     a_write_happens_only_on_top_of_the_version_its_writer_read,
@@ -153,10 +154,45 @@ async fn members_are_saved_in_join_order_and_flags_only_turn_on(f: Fixture) {
         stored.members,
         vec![member("b", true, true), member("a", false, true)]
     );
-    db.touch_conversation("c", 20).await.unwrap();
+    db.touch_conversations(&[("c", 20)]).await.unwrap();
     assert_eq!(db.load_conversation("c").await.unwrap().unwrap().last_seen, 20);
-    db.touch_conversation("c", 15).await.unwrap();
+    db.touch_conversations(&[("c", 15)]).await.unwrap();
     assert_eq!(db.load_conversation("c").await.unwrap().unwrap().last_seen, 20);
+}
+
+async fn clocks_are_written_in_batches_and_never_move_back(f: Fixture) {
+    let db = f.db.session().await.unwrap();
+    let ids: Vec<String> = (0..TOUCH_BATCH * 2 + 7).map(|i| format!("c{i}")).collect();
+    for id in &ids {
+        db.save_members(id, 100, &[(0, member("a", true, false))], None)
+            .await
+            .unwrap();
+    }
+    // Every id once at 200, the first one again at 300 and at 150 (its latest counts), a
+    // later one back at 50 (no move back), and an id no row has.
+    let mut clocks: Vec<(&str, i64)> = ids.iter().map(|id| (id.as_str(), 200)).collect();
+    clocks.extend([
+        (ids[0].as_str(), 300),
+        (ids[0].as_str(), 150),
+        (ids[9].as_str(), 50),
+        ("none", 400),
+    ]);
+    db.touch_conversations(&clocks).await.unwrap();
+    let seen = async |id: &str| db.conversation_stamp(id).await.unwrap().map(|s| s.last_seen);
+    assert_eq!(seen(&ids[0]).await, Some(300));
+    assert_eq!(seen(&ids[9]).await, Some(200));
+    assert_eq!(
+        seen(ids.last().unwrap()).await,
+        Some(200),
+        "past the first batches"
+    );
+    assert_eq!(seen("none").await, None, "a clock makes no row");
+    assert_eq!(
+        db.delete_idle_conversations(250).await.unwrap(),
+        ids.len() as u64 - 1
+    );
+    assert_eq!(seen(&ids[0]).await, Some(300));
+    db.touch_conversations(&[]).await.unwrap();
 }
 
 async fn conversations_are_deleted_one_by_one_or_when_idle(f: Fixture) {
@@ -185,7 +221,7 @@ async fn an_idle_conversation_is_forgotten_only_while_no_later_use_is_recorded(f
         .await
         .unwrap();
     // Another daemon recorded a use at 30: idle since before 20 no longer holds.
-    db.touch_conversation("c", 30).await.unwrap();
+    db.touch_conversations(&[("c", 30)]).await.unwrap();
     assert!(!db.forget_idle_conversation("c", 20).await.unwrap());
     assert!(db.load_conversation("c").await.unwrap().is_some());
     assert!(db.forget_idle_conversation("c", 31).await.unwrap());
@@ -205,7 +241,7 @@ async fn a_stamp_tells_a_current_copy_from_a_stale_one(f: Fixture) {
     let stamp = db.conversation_stamp("c").await.unwrap().unwrap();
     assert_eq!(stamp.version, stored.version);
     assert_eq!(stamp.last_seen, 10);
-    db.touch_conversation("c", 40).await.unwrap();
+    db.touch_conversations(&[("c", 40)]).await.unwrap();
     let touched = db.conversation_stamp("c").await.unwrap().unwrap();
     assert_eq!(touched.last_seen, 40);
     assert_eq!(touched.version, stamp.version, "a use alone keeps the version");
@@ -1045,7 +1081,7 @@ fn statement_spans_do_not_record_conversation_ids() {
                 .unwrap();
             s.load_conversation(id).await.unwrap().unwrap();
             s.conversation_stamp(id).await.unwrap();
-            s.touch_conversation(id, 2).await.unwrap();
+            s.touch_conversations(&[(id, 2)]).await.unwrap();
             s.forget_idle_conversation(id, 0).await.unwrap();
             s.delete_conversation(id).await.unwrap();
         });
@@ -1055,7 +1091,7 @@ fn statement_spans_do_not_record_conversation_ids() {
         "save_members",
         "load_conversation",
         "conversation_stamp",
-        "touch_conversation",
+        "touch_conversations",
         "forget_idle_conversation",
         "delete_conversation",
     ] {
@@ -1084,4 +1120,49 @@ async fn reading_settings_from_a_server_that_refuses_says_why() {
             && !e.contains("pw"),
         "{e}"
     );
+}
+
+/// Two replicas flushing clocks of the same conversations at once, in opposite orders, while
+/// a third deletes the idle ones: each waits for the others, none deadlocks (PostgreSQL
+/// aborts one of a deadlocked pair, which would fail its upkeep).
+#[tokio::test]
+async fn replicas_flushing_and_deleting_the_same_conversations_at_once_do_not_deadlock() {
+    let Some(f) = postgres_fixture().await else {
+        return;
+    };
+    let replicas = [
+        Db::connect(&f.url).await.unwrap(),
+        Db::connect(&f.url).await.unwrap(),
+        Db::connect(&f.url).await.unwrap(),
+    ];
+    let ids: Vec<String> = (0..TOUCH_BATCH).map(|i| format!("c{i:04}")).collect();
+    for round in 0..20_i64 {
+        let s = f.db.session().await.unwrap();
+        for id in &ids {
+            s.save_members(
+                id,
+                round * 10,
+                &[(0, member("a", true, false))],
+                version(&s, id).await,
+            )
+            .await
+            .unwrap();
+        }
+        let forward: Vec<(&str, i64)> = ids.iter().map(|id| (id.as_str(), round * 10 + 5)).collect();
+        let backward: Vec<(&str, i64)> = forward.iter().rev().copied().collect();
+        let (a, b, c) = tokio::join!(
+            async { replicas[0].session().await?.touch_conversations(&forward).await },
+            async { replicas[1].session().await?.touch_conversations(&backward).await },
+            async {
+                replicas[2]
+                    .session()
+                    .await?
+                    .delete_idle_conversations(round * 10 + 1)
+                    .await
+            },
+        );
+        a.unwrap();
+        b.unwrap();
+        c.unwrap();
+    }
 }
