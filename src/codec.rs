@@ -2,7 +2,9 @@
 //! that does not decode (not protobuf, a string field that is not UTF-8, a field of the
 //! wrong wire type) is the caller's mistake, `INVALID_ARGUMENT` through [`Error::Decode`],
 //! not `INTERNAL` (SPEC §6). A response that does not decode (the client side of the same
-//! generated code) stays `INTERNAL`, as tonic reports it: that is the server's fault.
+//! generated code) stays `INTERNAL`, as tonic reports it: that is the server's fault. Every
+//! call of the service takes one request message; a body that holds more is refused the
+//! same way (tonic would answer the first and drop the rest unread).
 
 use std::marker::PhantomData;
 
@@ -48,6 +50,7 @@ where
     fn decoder(&mut self) -> Self::Decoder {
         Decoder {
             buffer_settings: BufferSettings::default(),
+            decoded: false,
             _decode: PhantomData,
         }
     }
@@ -75,8 +78,14 @@ impl<T: prost::Message> tonic::codec::Encoder for Encoder<T> {
 #[derive(Debug)]
 pub struct Decoder<U> {
     buffer_settings: BufferSettings,
+    /// Whether it decoded a message already (one decoder reads one call's body).
+    decoded: bool,
     _decode: PhantomData<U>,
 }
+
+/// What a request body with a second message is told.
+const SECOND_MESSAGE: &str =
+    "The request is not a gRPC message: it holds more than one message, and each call takes one.";
 
 /// Whether `U` is a request message: the service's inputs are all named `*Request`
 /// (the proto's convention), its outputs never are.
@@ -89,6 +98,10 @@ impl<U: prost::Message + Default> tonic::codec::Decoder for Decoder<U> {
     type Error = Status;
 
     fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<U>, Status> {
+        if self.decoded && is_request::<U>() {
+            return Err(Status::invalid_argument(SECOND_MESSAGE));
+        }
+        self.decoded = true;
         match U::decode(buf) {
             Ok(item) => Ok(Some(item)),
             Err(e) if is_request::<U>() => Err(Error::Decode(e).into()),

@@ -448,6 +448,40 @@ async fn a_body_that_is_not_one_grpc_message_is_the_callers_error_named_so() {
             );
         }
     }
+    // Two messages where the call takes one: the service's codec refuses the second (the
+    // health service's, tonic's own, reads the first and drops the rest).
+    let two: &'static [u8] = &[0, 0, 0, 0, 2, 0x0a, 0, 0, 0, 0, 0, 2, 0x0a, 0];
+    for path in [
+        "/toolrouter.v1.ToolRouter/Route",
+        "/toolrouter.v1.ToolRouter/WatchRegistry",
+    ] {
+        let request = http::Request::post(format!("http://{}{path}", app.addr))
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .body(())
+            .unwrap();
+        let (answer, mut stream) = send.send_request(request, false).unwrap();
+        stream.send_data(bytes::Bytes::from_static(two), true).unwrap();
+        let answer = tokio::time::timeout(Duration::from_secs(5), answer)
+            .await
+            .unwrap()
+            .unwrap();
+        let headers = answer.headers();
+        assert_eq!(
+            headers.get("grpc-status").map(|v| v.as_bytes()),
+            Some(&b"3"[..]),
+            "{path}: {headers:?}"
+        );
+        let message = percent_encoding::percent_decode(headers["grpc-message"].as_bytes())
+            .decode_utf8()
+            .unwrap()
+            .into_owned();
+        assert_eq!(
+            message,
+            "The request is not a gRPC message: it holds more than one message, and each call takes one.",
+            "{path}"
+        );
+    }
     // A message flagged compressed in a call that names no encoding is `INTERNAL`, as gRPC's
     // compression rules require.
     let request = http::Request::post(format!("http://{}/toolrouter.v1.ToolRouter/Route", app.addr))
