@@ -2,6 +2,9 @@
 //! concurrency limit with load shedding, and the per-request timeout. One tower layer, so
 //! the services behind it stay unaware of all three.
 //!
+//! - **gRPC only** (health included). A request whose content type is not
+//!   `application/grpc` (or `application/grpc+…`) is answered HTTP 415, as gRPC's protocol
+//!   asks, with `INVALID_ARGUMENT` naming the content type.
 //! - **Auth.** With a token configured, a call without `authorization: Bearer <token>` is
 //!   answered `UNAUTHENTICATED`; the token is compared in constant time.
 //! - **Load shedding.** At most `max_concurrent` calls run at once; one more is answered
@@ -178,6 +181,13 @@ where
         let refuse = |status: Status| -> Self::Future {
             Box::pin(async move { Ok(status.into_http::<R>().map(Held::from)) })
         };
+        if let Some(status) = not_grpc(request.headers()) {
+            // HTTP 415, as gRPC's protocol asks, so a client that is not gRPC's does not take
+            // the answer for a success; the gRPC status says why to one that is.
+            let mut response = status.into_http::<R>();
+            *response.status_mut() = http::StatusCode::UNSUPPORTED_MEDIA_TYPE;
+            return Box::pin(async move { Ok(response.map(Held::from)) });
+        }
         // A stream holds one of the open streams allowed until its answer ends.
         let stream = if STREAMS.contains(&request.uri().path()) {
             match self.policy.streams.clone().try_acquire_owned() {
@@ -273,6 +283,26 @@ impl<R: http_body::Body + Unpin> http_body::Body for Held<R> {
     }
 }
 
+/// The refusal of a request whose content type is not gRPC's (`application/grpc`, alone or
+/// with a `+format` or parameters); `None` for a gRPC request.
+fn not_grpc(headers: &http::HeaderMap) -> Option<Status> {
+    let content_type = headers.get(http::header::CONTENT_TYPE).map(|v| v.as_bytes());
+    let grpc = content_type.is_some_and(|t| {
+        t.strip_prefix(b"application/grpc")
+            .is_some_and(|rest| rest.is_empty() || rest[0] == b'+' || rest[0] == b';')
+    });
+    if grpc {
+        return None;
+    }
+    let named = match content_type {
+        Some(t) => format!("'{}'", String::from_utf8_lossy(t).escape_debug()),
+        None => "missing".to_string(),
+    };
+    Some(Status::invalid_argument(format!(
+        "The request's content-type is {named}: a gRPC call is sent as application/grpc."
+    )))
+}
+
 /// `call`'s answer, or `DEADLINE_EXCEEDED` once it has taken `timeout` (for a streaming
 /// answer, until its headers: the stream itself may run longer).
 async fn within<R: Default, E>(
@@ -303,6 +333,46 @@ mod tests {
             h.insert(http::header::AUTHORIZATION, v.parse().unwrap());
         }
         h
+    }
+
+    #[test]
+    fn only_grpcs_content_types_are_served() {
+        let with = |value: Option<&str>| {
+            let mut h = http::HeaderMap::new();
+            if let Some(v) = value {
+                h.insert(
+                    http::header::CONTENT_TYPE,
+                    http::HeaderValue::from_str(v).unwrap(),
+                );
+            }
+            not_grpc(&h).map(|s| s.message().to_string())
+        };
+        for served in [
+            "application/grpc",
+            "application/grpc+proto",
+            "application/grpc; charset=utf-8",
+        ] {
+            assert_eq!(with(Some(served)), None, "{served}");
+        }
+        let refused = [
+            (Some("application/json"), "'application/json'"),
+            (Some("application/grpcx"), "'application/grpcx'"),
+            (Some("application/grpc-web"), "'application/grpc-web'"),
+            (Some("text/plain"), "'text/plain'"),
+            (None, "missing"),
+        ];
+        for (value, named) in refused {
+            assert_eq!(
+                with(value).as_deref(),
+                Some(
+                    format!(
+                        "The request's content-type is {named}: a gRPC call is sent as application/grpc."
+                    )
+                    .as_str()
+                ),
+                "{value:?}"
+            );
+        }
     }
 
     #[test]

@@ -559,3 +559,51 @@ async fn a_health_call_whose_request_never_ends_is_answered_at_the_request_timeo
     );
     app.stop().await;
 }
+
+/// A request whose content type is not gRPC's is answered HTTP 415 (gRPC's protocol), with
+/// the gRPC status saying why, on every service; gRPC's own content types are served.
+#[tokio::test]
+async fn a_request_that_is_not_grpc_is_answered_unsupported_media_type() {
+    let app = TestApp::builder().spawn().await;
+    let mut send = h2_connection(&app).await;
+    // An empty RouteRequest and an empty health check request: one message of 0 bytes.
+    let body: &'static [u8] = &[0, 0, 0, 0, 0];
+    let cases = [
+        (Some("application/json"), 415),
+        (Some("text/plain"), 415),
+        (None, 415),
+        (Some("application/grpc"), 200),
+        (Some("application/grpc+proto"), 200),
+    ];
+    for path in [
+        "/toolrouter.v1.ToolRouter/ListGroups",
+        "/grpc.health.v1.Health/Check",
+    ] {
+        for (content_type, want) in cases {
+            let mut request =
+                http::Request::post(format!("http://{}{path}", app.addr)).header("te", "trailers");
+            if let Some(t) = content_type {
+                request = request.header("content-type", t);
+            }
+            let (answer, mut stream) = send.send_request(request.body(()).unwrap(), false).unwrap();
+            stream.send_data(bytes::Bytes::from_static(body), true).unwrap();
+            let answer = tokio::time::timeout(Duration::from_secs(5), answer)
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(answer.status().as_u16(), want, "{path} {content_type:?}");
+            if want == 415 {
+                let headers = answer.headers();
+                assert_eq!(headers["grpc-status"], "3", "{path} {content_type:?}");
+                let message = percent_encoding::percent_decode(headers["grpc-message"].as_bytes())
+                    .decode_utf8()
+                    .unwrap()
+                    .into_owned();
+                assert!(
+                    message.ends_with("a gRPC call is sent as application/grpc."),
+                    "{message}"
+                );
+            }
+        }
+    }
+}
