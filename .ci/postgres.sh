@@ -9,10 +9,12 @@
 # `nobody`), starts it on a free loopback port without fsync (the data is thrown away; with
 # TOOLROUTER_TEST_POSTGRES_DURABLE=1 fsync stays on, for benchmarks), and runs the command with
 #
-#   TOOLROUTER_TEST_POSTGRES_URL   postgres://toolrouter@127.0.0.1:PORT/postgres (trust auth;
-#                                  each test creates its own database from it)
+#   TOOLROUTER_TEST_POSTGRES_URL   postgres://toolrouter@127.0.0.1:PORT/postgres?sslmode=disable
+#                                  (trust auth; each test creates its own database from it)
 #   TOOLROUTER_TEST_POSTGRES_DATA  the cluster's data folder
 #   TOOLROUTER_TEST_POSTGRES_CTL   pg_ctl for that cluster, run as its owner (`stop`, `start`)
+#   TOOLROUTER_TEST_POSTGRES_CA    the CA that signed the cluster's TLS certificate (for
+#                                  127.0.0.1), for the tests that connect with TLS
 #
 # The cluster is stopped and removed when the command ends, however it ends; the script exits
 # with the command's status.
@@ -95,10 +97,31 @@ EOF
 if [ "${TOOLROUTER_TEST_POSTGRES_DURABLE:-}" != 1 ]; then
   printf 'fsync = off\nsynchronous_commit = off\nfull_page_writes = off\n' >>"$data/postgresql.conf"
 fi
+# TLS for the tests that connect with it: a throwaway CA and a certificate for 127.0.0.1 it
+# signed (the other tests connect with sslmode=disable, as before). openssl comes with
+# Debian's postgresql packages (ssl-cert).
+ca=
+if command -v openssl >/dev/null; then
+  tls="$work/tls"
+  mkdir "$tls"
+  openssl req -x509 -new -nodes -days 2 -subj "/CN=toolrouter test CA" \
+    -keyout "$tls/ca.key" -out "$tls/ca.crt" >"$tls/log" 2>&1 \
+  && openssl req -new -nodes -subj "/CN=127.0.0.1" -keyout "$data/server.key" -out "$tls/server.csr" >>"$tls/log" 2>&1 \
+  && printf 'subjectAltName = IP:127.0.0.1\nbasicConstraints = CA:FALSE\n' >"$tls/ext" \
+  && openssl x509 -req -days 2 -in "$tls/server.csr" -CA "$tls/ca.crt" -CAkey "$tls/ca.key" -CAcreateserial \
+    -extfile "$tls/ext" -out "$data/server.crt" >>"$tls/log" 2>&1 \
+  || { cat "$tls/log" >&2; exit 1; }
+  chown "$owner" "$data/server.key" "$data/server.crt"
+  chmod 600 "$data/server.key"
+  printf 'ssl = on\n' >>"$data/postgresql.conf"
+  ca="$tls/ca.crt"
+fi
 "$ctl" start -w -t 60 >/dev/null || { cat "$work/postgres.log" >&2; exit 1; }
 echo "== PostgreSQL $("$bin/postgres" --version | awk '{print $3}') on 127.0.0.1:$port (data $data)" >&2
 
-export TOOLROUTER_TEST_POSTGRES_URL="postgres://toolrouter@127.0.0.1:$port/postgres"
+export TOOLROUTER_TEST_POSTGRES_URL="postgres://toolrouter@127.0.0.1:$port/postgres?sslmode=disable"
+# The CA that signed the server's certificate (unset when the cluster has no TLS).
+export TOOLROUTER_TEST_POSTGRES_CA="$ca"
 export TOOLROUTER_TEST_POSTGRES_DATA="$data"
 export TOOLROUTER_TEST_POSTGRES_CTL="$ctl"
 # In the background, so a signal reaches the trap at once instead of after the command.

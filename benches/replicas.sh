@@ -38,8 +38,9 @@ trap cleanup EXIT
 pg_database() {
   local name="toolrouter_bench_$$_$1"
   psql -q "$TOOLROUTER_TEST_POSTGRES_URL" -c "CREATE DATABASE $name" >/dev/null
-  local base=${TOOLROUTER_TEST_POSTGRES_URL%%\?*}
-  echo "${base%/*}/$name"
+  local base=${TOOLROUTER_TEST_POSTGRES_URL%%\?*} query=
+  [[ "$TOOLROUTER_TEST_POSTGRES_URL" == *\?* ]] && query="?${TOOLROUTER_TEST_POSTGRES_URL#*\?}"
+  echo "${base%/*}/$name$query"
 }
 
 # Starts a daemon on $1 and appends its address to `addrs`.

@@ -1166,3 +1166,51 @@ async fn replicas_flushing_and_deleting_the_same_conversations_at_once_do_not_de
         c.unwrap();
     }
 }
+
+/// TLS to PostgreSQL as the URL asks (libpq's `sslmode`): `require` encrypts, `verify-full`
+/// with the CA that signed the server's certificate (`sslrootcert`) also verifies it, and
+/// `verify-full` without that CA is refused at start, naming the certificate.
+#[tokio::test]
+async fn postgres_connections_use_tls_as_the_url_asks() {
+    let Some(admin) = testing::postgres_url() else {
+        return;
+    };
+    let Some(ca) = std::env::var("TOOLROUTER_TEST_POSTGRES_CA")
+        .ok()
+        .filter(|c| !c.is_empty())
+    else {
+        assert!(
+            std::env::var("CI").is_err(),
+            "TOOLROUTER_TEST_POSTGRES_CA is not set under CI: .ci/postgres.sh gives its cluster TLS"
+        );
+        println!("skipped: the test PostgreSQL server has no TLS (TOOLROUTER_TEST_POSTGRES_CA is unset)");
+        return;
+    };
+    let url = testing::fresh_postgres_database(&admin).await;
+    let base = url.split('?').next().unwrap().to_string();
+    let encrypted = async |db: &Db| {
+        let session = db.session().await.unwrap();
+        let Pool::Postgres(pool) = &session.pool else {
+            unreachable!()
+        };
+        sqlx::query_scalar::<_, bool>("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()")
+            .fetch_one(pool)
+            .await
+            .unwrap()
+    };
+    let cases = [
+        ("sslmode=disable".to_string(), false),
+        ("sslmode=require".to_string(), true),
+        (format!("sslmode=verify-full&sslrootcert={ca}"), true),
+    ];
+    for (query, tls) in cases {
+        let db = Db::connect(&format!("{base}?{query}")).await.unwrap();
+        assert_eq!(encrypted(&db).await, tls, "{query}");
+        db.set_setting("k", &query).await.unwrap();
+        db.close().await;
+    }
+    let refused = Db::connect(&format!("{base}?sslmode=verify-full"))
+        .await
+        .unwrap_err();
+    assert!(refused.to_string().contains("certificate"), "{refused}");
+}
