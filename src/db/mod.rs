@@ -246,8 +246,8 @@ pub(crate) struct Stamp {
     pub last_seen: i64,
 }
 
-/// Conversation clocks written by one transaction (SQLite, which holds its write lock
-/// meanwhile) or one statement (PostgreSQL) of the idle-clock flush.
+/// Conversation clocks written by one transaction of the idle-clock flush (SQLite holds its
+/// write lock meanwhile; PostgreSQL the batch's row locks).
 pub(crate) const TOUCH_BATCH: usize = 500;
 
 /// What a write of a conversation's domains did.
@@ -674,8 +674,8 @@ impl Session {
     }
 
     /// Moves conversations' last-seen times forward (the lazy idle-clock flush; a time never
-    /// moves back, and an id given twice counts its latest time), [`TOUCH_BATCH`] at a time:
-    /// one transaction each on SQLite, one statement each on PostgreSQL.
+    /// moves back, and an id given twice counts its latest time), [`TOUCH_BATCH`] at a time,
+    /// one transaction each (on PostgreSQL: its rows locked in id order, then one update).
     #[tracing::instrument(skip_all, fields(conversations = clocks.len()))]
     pub(crate) async fn touch_conversations(&self, clocks: &[(&str, i64)]) -> Result<()> {
         for batch in clocks.chunks(TOUCH_BATCH) {
