@@ -471,7 +471,17 @@ impl Conversations {
         let now = now_ms();
         let cutoff = self.idle_cutoff(now);
         if guard.in_db && guard.last_seen < cutoff {
-            if session.forget_idle_conversation(id, cutoff).await? {
+            if !used {
+                // A dry run records nothing, not even forgetting: it answers as if forgotten,
+                // and the copy is read again (and forgotten) by the next call that records,
+                // unless upkeep forgot it first.
+                *guard = Entry {
+                    generation,
+                    loaded: true,
+                    unsure: true,
+                    ..Entry::default()
+                };
+            } else if session.forget_idle_conversation(id, cutoff).await? {
                 *guard = Entry {
                     generation,
                     loaded: true,
@@ -671,7 +681,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_dry_lock_leaves_the_idle_clock_where_it_was() {
+    async fn a_dry_lock_leaves_the_idle_clock_and_an_idle_conversation_as_they_were() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("c.db");
         let ttl = Duration::from_secs(1);
@@ -683,11 +693,23 @@ mod tests {
         assert_eq!(e.state().members.len(), 1, "still there within the TTL");
         drop(e);
         tokio::time::sleep(ttl * 2 / 3).await;
-        assert_eq!(
-            s.lock("c1").await.unwrap().state(),
-            &Conversation::default(),
-            "idle since the load, the dry lock notwithstanding"
+        // Idle since the load, the dry lock notwithstanding: a dry lock answers as if it was
+        // forgotten, and forgets nothing itself (SPEC §4: it records nothing).
+        let stored = async || {
+            s.db.session()
+                .await
+                .unwrap()
+                .load_conversation("c1")
+                .await
+                .unwrap()
+        };
+        assert_eq!(s.lock_dry("c1").await.unwrap().state(), &Conversation::default());
+        assert!(
+            stored().await.is_some(),
+            "a dry lock deleted the idle conversation"
         );
+        assert_eq!(s.lock("c1").await.unwrap().state(), &Conversation::default());
+        assert_eq!(stored().await, None, "the next call forgets it");
     }
 
     #[tokio::test]

@@ -914,7 +914,8 @@ impl State {
         // A turn is answered even when the conversation store cannot be used: with the
         // conversation's state this daemon holds (none if it holds none), and without
         // remembering this turn's hits.
-        // A dry run records nothing about the conversation, its idle clock included.
+        // A dry run records nothing about the conversation: not its idle clock, nor that it
+        // was idle long enough to be forgotten.
         let locked = if dry_run {
             convs.lock_dry(id).await
         } else {
