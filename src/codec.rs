@@ -4,7 +4,7 @@
 //! not `INTERNAL` (SPEC §6). A response that does not decode (the client side of the same
 //! generated code) stays `INTERNAL`, as tonic reports it: that is the server's fault. Every
 //! call of the service takes one request message; a body that holds more is refused the
-//! same way (tonic would answer the first and drop the rest unread).
+//! same way (tonic answered the first and decoded and dropped the rest).
 
 use std::marker::PhantomData;
 

@@ -217,6 +217,9 @@ impl Clocks {
 /// Dropping it unlocks it.
 pub(crate) struct ConversationGuard {
     entry: OwnedMutexGuard<Entry>,
+    /// A dry lock of a conversation idle past the TTL: it answers as a forgotten one, and
+    /// its entry is left as it was (a dry run records nothing).
+    seen_as_forgotten: bool,
     id: Arc<str>,
     /// The call's database session (the file was checked when it was locked).
     session: Session,
@@ -237,7 +240,13 @@ impl Drop for ConversationGuard {
 impl ConversationGuard {
     /// What the conversation remembers.
     pub fn state(&self) -> &Conversation {
-        &self.entry.state
+        /// A forgotten conversation's state.
+        static FORGOTTEN: Conversation = Conversation { members: Vec::new() };
+        if self.seen_as_forgotten {
+            &FORGOTTEN
+        } else {
+            &self.entry.state
+        }
     }
 
     /// Decides on what the conversation remembers and records `mark` on the domains the
@@ -255,6 +264,7 @@ impl ConversationGuard {
         mark: Mark,
         mut decide: impl FnMut(&Conversation) -> (T, Vec<&'a str>),
     ) -> (T, Result<()>) {
+        debug_assert!(!self.seen_as_forgotten, "a dry lock records nothing");
         let mut attempt = 1;
         loop {
             let (decision, domains) = decide(&self.entry.state);
@@ -470,18 +480,13 @@ impl Conversations {
         }
         let now = now_ms();
         let cutoff = self.idle_cutoff(now);
-        if guard.in_db && guard.last_seen < cutoff {
-            if !used {
-                // A dry run records nothing, not even forgetting: it answers as if forgotten,
-                // and the copy is read again (and forgotten) by the next call that records,
-                // unless upkeep forgot it first.
-                *guard = Entry {
-                    generation,
-                    loaded: true,
-                    unsure: true,
-                    ..Entry::default()
-                };
-            } else if session.forget_idle_conversation(id, cutoff).await? {
+        let idle = guard.in_db && guard.last_seen < cutoff;
+        // A dry run records nothing, not even forgetting: it sees the conversation as
+        // forgotten and leaves it, and its copy, as they are for the next call that records
+        // (which forgets it, unless upkeep did first).
+        let seen_as_forgotten = idle && !used;
+        if idle && used {
+            if session.forget_idle_conversation(id, cutoff).await? {
                 *guard = Entry {
                     generation,
                     loaded: true,
@@ -505,6 +510,7 @@ impl Conversations {
         };
         Ok(ConversationGuard {
             entry: guard,
+            seen_as_forgotten,
             id: key,
             session,
             cache: self.cache.clone(),
