@@ -152,15 +152,6 @@ async fn reread(
     Ok(())
 }
 
-/// Writes these conversations' clocks, in batches (see [`Session::touch_conversations`]).
-async fn touch<'a>(session: &Session, clocks: impl Iterator<Item = (&'a Arc<str>, i64)>) -> Result<()> {
-    let clocks: Vec<(&str, i64)> = clocks.map(|(id, seen)| (&**id, seen)).collect();
-    if clocks.is_empty() {
-        return Ok(());
-    }
-    session.touch_conversations(&clocks).await
-}
-
 /// Estimated bytes a cached conversation holds.
 fn weight(id: &str, state: &Conversation) -> u32 {
     let members: usize = state
@@ -552,17 +543,10 @@ impl Conversations {
         // a stored clock at or past it, however long upkeep then waits on a call.
         let cutoff = self.idle_cutoff(now_ms());
         let session = self.db.session().await?;
+        // The clocks the cache left behind, and those of the conversations it holds whose
+        // clock moved: the latter as the loop meets them, or once the call holding one is
+        // done (below).
         let left: Vec<(Arc<str>, i64)> = self.clocks.map().iter().map(|(id, &t)| (id.clone(), t)).collect();
-        touch(&session, left.iter().map(|(id, seen)| (id, *seen))).await?;
-        {
-            let mut map = self.clocks.map();
-            for (id, seen) in &left {
-                if map.get(id).is_some_and(|&t| t <= *seen) {
-                    map.remove(id);
-                }
-            }
-        }
-        // Those a call holds as the loop meets them, flushed once it is done (below).
         let mut in_use: Vec<(Arc<str>, Arc<Mutex<Entry>>)> = Vec::new();
         let mut due: Vec<(Arc<str>, Arc<Mutex<Entry>>, i64)> = Vec::new();
         for (id, cached) in self.cache.iter() {
@@ -575,17 +559,10 @@ impl Conversations {
                 due.push(((*id).clone(), entry.clone(), e.last_seen));
             }
         }
-        touch(&session, due.iter().map(|(id, _, seen)| (id, *seen))).await?;
-        for (_, entry, seen) in due {
-            // One a call holds now is flushed again next time, at worst.
-            if let Ok(mut e) = entry.try_lock() {
-                e.flushed = e.flushed.max(seen);
-            }
-        }
         // The conversations calls hold (cached or not): a call's clock may be newer than the
         // stored one, which the delete below reads (a call waiting on a locked database file
         // for long enough saw its conversation's earlier groups deleted under it). Each
-        // one's clock is written once its call is done, first.
+        // one's clock is written once its call is done, before the delete.
         let held: Vec<(Arc<str>, Arc<Mutex<Entry>>)> = self
             .live
             .lock()
@@ -600,7 +577,6 @@ impl Conversations {
                 in_use.push((id, entry));
             }
         }
-        let mut due = Vec::new();
         for (id, entry) in in_use {
             let seen = {
                 let e = entry.lock().await;
@@ -610,10 +586,25 @@ impl Conversations {
                 due.push((id, entry, seen));
             }
         }
-        touch(&session, due.iter().map(|(id, _, seen)| (id, *seen))).await?;
+        let clocks: Vec<(&str, i64)> = left
+            .iter()
+            .map(|(id, seen)| (&**id, *seen))
+            .chain(due.iter().map(|(id, _, seen)| (&**id, *seen)))
+            .collect();
+        session.touch_conversations(&clocks).await?;
+        {
+            let mut map = self.clocks.map();
+            for (id, seen) in &left {
+                if map.get(id).is_some_and(|&t| t <= *seen) {
+                    map.remove(id);
+                }
+            }
+        }
         for (_, entry, seen) in due {
-            let mut e = entry.lock().await;
-            e.flushed = e.flushed.max(seen);
+            // One a call holds again by now is flushed again next time, at worst.
+            if let Ok(mut e) = entry.try_lock() {
+                e.flushed = e.flushed.max(seen);
+            }
         }
         session.delete_idle_conversations(cutoff).await?;
         Ok(())
