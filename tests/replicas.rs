@@ -24,7 +24,7 @@ use tonic::Code;
 use toolrouter::cli::connection::Client;
 use toolrouter::db::Db;
 // Quiet when unset: the API tests print the one line that says how to run these.
-use toolrouter::db::testing::postgres_url;
+use toolrouter::db::testing::{cluster_var, postgres_url};
 use toolrouter::proto::{InvalidateSettingsRequest, ListGroupsRequest};
 
 /// Held shared by every test and exclusively by the one that restarts the cluster.
@@ -145,6 +145,16 @@ fn routed_loaded(r: &toolrouter::proto::RouteResponse, group: &str) -> bool {
         .any(|(d, why)| d == group && *why == "REASON_LOADED")
 }
 
+/// `message` routed within `conversation` by the replica behind `client`.
+async fn route_on(client: &Client, message: &str, conversation: &str) -> toolrouter::proto::RouteResponse {
+    client
+        .clone()
+        .route(route_request(message, conversation))
+        .await
+        .unwrap()
+        .into_inner()
+}
+
 #[tokio::test]
 async fn a_settings_write_by_another_program_reaches_all_three_within_500_ms() {
     let Some(mut f) = fleet(&[], &[]).await else {
@@ -198,7 +208,7 @@ async fn a_group_loaded_through_one_replica_is_loaded_on_the_others_next_call() 
     until_all_see(&mut f.clients, "sonarr", true, Instant::now()).await;
     // B and C know the conversation (cached, nothing loaded) before A loads into it.
     for c in &mut f.clients[1..] {
-        let r = c.route(route_request("thanks", "c1")).await.unwrap().into_inner();
+        let r = route_on(c, "thanks", "c1").await;
         assert!(!routed_loaded(&r, "sonarr"));
     }
     let loaded = f.clients[0]
@@ -208,7 +218,7 @@ async fn a_group_loaded_through_one_replica_is_loaded_on_the_others_next_call() 
         .into_inner();
     assert!(!loaded.already_loaded);
     for (i, c) in f.clients.iter_mut().enumerate().skip(1) {
-        let r = c.route(route_request("thanks", "c1")).await.unwrap().into_inner();
+        let r = route_on(c, "thanks", "c1").await;
         assert!(routed_loaded(&r, "sonarr"), "replica {i}: {:?}", reasons(&r));
         let again = c.load_tool_group(load_request("c1", "sonarr")).await.unwrap();
         assert!(again.into_inner().already_loaded, "replica {i}");
@@ -220,11 +230,7 @@ async fn a_group_loaded_through_one_replica_is_loaded_on_the_others_next_call() 
         })
         .await
         .unwrap();
-    let r = f.clients[0]
-        .route(route_request("thanks", "c1"))
-        .await
-        .unwrap()
-        .into_inner();
+    let r = route_on(&f.clients[0], "thanks", "c1").await;
     assert!(!routed_loaded(&r, "sonarr"), "{:?}", reasons(&r));
     f.ui.close().await;
 }
@@ -252,15 +258,12 @@ async fn calls_on_one_conversation_through_several_replicas_at_once_take_turns()
         // Every replica knows the conversation (cached) before the race.
         let (loads, resets, turns) = (format!("l{round}"), format!("r{round}"), format!("t{round}"));
         for (i, client) in c.iter().enumerate() {
-            let mut client = client.clone();
             for id in [&loads, &resets, &turns] {
-                client.route(route_request("thanks", id)).await.unwrap();
+                route_on(client, "thanks", id).await;
             }
             if i == 0 {
-                client
-                    .load_tool_group(load_request(&resets, "sonarr"))
-                    .await
-                    .unwrap();
+                let load = load_request(&resets, "sonarr");
+                client.clone().load_tool_group(load).await.unwrap();
             }
         }
         let load = |i: usize| {
@@ -277,63 +280,31 @@ async fn calls_on_one_conversation_through_several_replicas_at_once_take_turns()
         let first = [a, b, d].iter().filter(|l| !l.already_loaded).count();
         assert_eq!(first, 1, "round {round}: loads that said they were the first");
 
-        let (mut hit, mut reset) = (c[1].clone(), c[2].clone());
-        let (routed_hit, ()) = tokio::join!(
-            async {
-                hit.route(route_request("next episode", &resets))
-                    .await
-                    .unwrap()
-                    .into_inner()
-            },
-            async {
-                let request = toolrouter::proto::ResetConversationRequest {
-                    conversation_id: resets.clone(),
-                };
-                reset.reset_conversation(request).await.unwrap();
-            }
-        );
+        let mut reset = c[2].clone();
+        let (routed_hit, ()) = tokio::join!(route_on(&c[1], "next episode", &resets), async {
+            let request = toolrouter::proto::ResetConversationRequest {
+                conversation_id: resets.clone(),
+            };
+            reset.reset_conversation(request).await.unwrap();
+        });
         assert!(
             among(&routed_hit, &["sonarr"]) == ["sonarr"],
             "{:?}",
             reasons(&routed_hit)
         );
-        let after = c[0]
-            .clone()
-            .route(route_request("thanks", &resets))
-            .await
-            .unwrap()
-            .into_inner();
+        let after = route_on(&c[0], "thanks", &resets).await;
         assert!(
             !routed_loaded(&after, "sonarr"),
             "round {round}: a reset brought back by a turn: {:?}",
             reasons(&after)
         );
 
-        let (mut one, mut two) = (c[1].clone(), c[2].clone());
         let (movie, episode) = tokio::join!(
-            async {
-                one.route(route_request("a movie", &turns))
-                    .await
-                    .unwrap()
-                    .into_inner()
-            },
-            async {
-                two.route(route_request("next episode", &turns))
-                    .await
-                    .unwrap()
-                    .into_inner()
-            }
+            route_on(&c[1], "a movie", &turns),
+            route_on(&c[2], "next episode", &turns)
         );
         let both = ["radarr", "sonarr"];
-        let joined = among(
-            &c[0]
-                .clone()
-                .route(route_request("thanks", &turns))
-                .await
-                .unwrap()
-                .into_inner(),
-            &both,
-        );
+        let joined = among(&route_on(&c[0], "thanks", &turns).await, &both);
         assert_eq!(joined.len(), 2, "round {round}: {joined:?}");
         // The turn whose domain joined first came first: it did not see the other's.
         let (earlier, later) = if joined[0] == "radarr" {
@@ -365,11 +336,7 @@ async fn a_domain_upserted_or_deleted_through_one_replica_is_served_so_by_the_ot
         .unwrap();
     // No call tells B and C: the table's notification makes them rebuild their registry.
     until_all_list(&mut f.clients, "lab", true).await;
-    let r = f.clients[2]
-        .route(route_request("read the oscilloscope", ""))
-        .await
-        .unwrap()
-        .into_inner();
+    let r = route_on(&f.clients[2], "read the oscilloscope", "").await;
     assert!(reasons(&r).iter().any(|(d, _)| d == "lab"), "{:?}", reasons(&r));
     f.clients[1]
         .delete_domain(toolrouter::proto::DeleteDomainRequest { name: "lab".into() })
@@ -464,14 +431,7 @@ async fn a_postgres_restart_under_load_is_ridden_out_and_recovered_from_by_itsel
     if postgres_url().is_none() {
         return;
     }
-    let Some(ctl) = std::env::var("TOOLROUTER_TEST_POSTGRES_CTL")
-        .ok()
-        .filter(|c| !c.is_empty())
-    else {
-        assert!(
-            std::env::var("CI").is_err(),
-            "TOOLROUTER_TEST_POSTGRES_CTL is not set under CI: run the tests as `.ci/postgres.sh cargo test`"
-        );
+    let Some(ctl) = cluster_var("TOOLROUTER_TEST_POSTGRES_CTL") else {
         return;
     };
     // A request timeout shorter than the busy timeout, and settings re-read on nearly every

@@ -756,6 +756,20 @@ pub mod testing {
         url
     }
 
+    /// Another variable `.ci/postgres.sh` sets about its cluster (`TOOLROUTER_TEST_POSTGRES_CTL`,
+    /// `…_CA`); `None` when it is unset or empty, so the tests that need it skip.
+    ///
+    /// # Panics
+    /// Under CI (`CI` set) when it is unset: CI must run those tests.
+    pub fn cluster_var(name: &str) -> Option<String> {
+        let value = std::env::var(name).ok().filter(|v| !v.is_empty());
+        assert!(
+            value.is_some() || std::env::var("CI").is_err(),
+            "{name} is not set under CI: run the tests as `.ci/postgres.sh cargo test`"
+        );
+        value
+    }
+
     /// `url` with its database replaced by `name`.
     pub fn with_database(url: &str, name: &str) -> String {
         let (base, query) = url.split_once('?').map_or((url, None), |(b, q)| (b, Some(q)));

@@ -1175,14 +1175,7 @@ async fn postgres_connections_use_tls_as_the_url_asks() {
     let Some(admin) = testing::postgres_url() else {
         return;
     };
-    let Some(ca) = std::env::var("TOOLROUTER_TEST_POSTGRES_CA")
-        .ok()
-        .filter(|c| !c.is_empty())
-    else {
-        assert!(
-            std::env::var("CI").is_err(),
-            "TOOLROUTER_TEST_POSTGRES_CA is not set under CI: .ci/postgres.sh gives its cluster TLS"
-        );
+    let Some(ca) = testing::cluster_var("TOOLROUTER_TEST_POSTGRES_CA") else {
         println!("skipped: the test PostgreSQL server has no TLS (TOOLROUTER_TEST_POSTGRES_CA is unset)");
         return;
     };
