@@ -354,8 +354,8 @@ pub struct Load {
 }
 
 /// Checks a `LoadToolGroup` request against the registry, settings, policy and
-/// conversation (SPEC §5, §10). The group name matches exactly; a group the profile's
-/// domain patterns refuse is not found, and one the policy leaves without tools has none.
+/// conversation (SPEC §5, §10). The group name matches exactly; a group the policy leaves
+/// without tools (the profile's domain or tool patterns, or the disabled tools) has none.
 ///
 /// # Errors
 /// [`Error::GroupNotFound`], [`Error::GroupNotConfigured`] or [`Error::GroupWithoutTools`].
@@ -365,7 +365,7 @@ pub fn load(
     conversation: &Conversation,
     group: &str,
 ) -> Result<Load> {
-    let Some(d) = registry.find(group).filter(|&d| activation.is_allowed(d)) else {
+    let Some(d) = registry.find(group) else {
         return Err(Error::GroupNotFound {
             group: group.to_string(),
             available: activation
@@ -378,8 +378,9 @@ pub fn load(
     let domain = registry.domain(d);
     // A group the profile or the disabled tools leave empty has none whatever the settings:
     // setting its keys would not help, so they are not what the answer asks for (as
-    // `CheckToolCall` names a denied or disabled tool before an unconfigured group).
-    if activation.visible_count(registry, d) == 0 {
+    // `CheckToolCall` names a denied or disabled tool before an unconfigured group). A
+    // profile's domain patterns leave a group no tools as its tool patterns do (SPEC §10).
+    if !activation.is_allowed(d) || activation.visible_count(registry, d) == 0 {
         return Err(Error::GroupWithoutTools {
             group: group.to_string(),
         });

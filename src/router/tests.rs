@@ -1059,8 +1059,13 @@ fn a_load_under_a_policy_sees_only_what_the_consumer_may_see() {
     let load = |g: &str| super::load(&f.registry, &activation, &c, g).map_err(|e| e.to_string());
     assert_eq!(
         load("nokw").unwrap_err(),
-        "Tool group 'nokw' not found. Available groups: media",
-        "a group the profile's domain patterns refuse is not found"
+        "Tool group 'nokw' has no available tools.",
+        "a group the profile's domain patterns refuse has none"
+    );
+    assert_eq!(
+        load("nope").unwrap_err(),
+        "Tool group 'nope' not found. Available groups: media",
+        "an unknown group lists the groups this consumer may load"
     );
     assert_eq!(
         load("lights").unwrap_err(),

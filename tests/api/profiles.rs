@@ -186,14 +186,20 @@ async fn a_profile_sees_only_its_tools_in_every_rpc(backend: Backend) {
     want.extend(MEDIA_READ_TOOLS.iter().map(|t| t.to_string()));
     assert_eq!(json_names(&rendered.tools_json), want);
 
-    // LoadToolGroup: a group the profile refuses is not found; one it sees loads its tools.
+    // LoadToolGroup: a group the profile refuses has no tools for it (SPEC §10), an unknown
+    // one lists what it may load; one it sees loads its tools.
     let mut load = load_request("c1", "docker");
+    load.profile = "mcp-media".into();
+    let err = app.load_with(load).await.unwrap_err();
+    assert_eq!(err.code(), Code::FailedPrecondition);
+    assert_eq!(err.message(), "Tool group 'docker' has no available tools.");
+    let mut load = load_request("c1", "nope");
     load.profile = "mcp-media".into();
     let err = app.load_with(load).await.unwrap_err();
     assert_eq!(err.code(), Code::NotFound);
     assert_eq!(
         err.message(),
-        "Tool group 'docker' not found. Available groups: jellyfin, radarr"
+        "Tool group 'nope' not found. Available groups: jellyfin, radarr"
     );
     let mut load = load_request("c1", "radarr");
     load.profile = "mcp-media".into();
