@@ -155,6 +155,33 @@ pub struct Report {
     pub registry_tools: usize,
     /// Labelled domain names the registry does not have (each counts as a miss).
     pub unknown_domains: Vec<String>,
+    /// The messages whose answer lacked a labelled domain, in file order (`eval --misses`;
+    /// not part of the JSON report).
+    #[serde(skip)]
+    pub misses: Vec<Miss>,
+}
+
+/// A message whose answer lacked a labelled domain: what was asked, what was missed and
+/// what was sent instead, for a manifest author to read (`eval --misses`, one JSON line each).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Miss {
+    /// The message's id in the labelled file.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub id: String,
+    /// Its split.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub split: String,
+    /// The message.
+    pub query: String,
+    /// The labelled domains the answer lacked (names the registry lacks included), each once,
+    /// in label order.
+    pub missed: Vec<String>,
+    /// The answer's domains as `name:reason`, in answer order (as the call log names them).
+    pub answer: Vec<String>,
+    /// The tools the answer sent.
+    pub tools: usize,
+    /// Whether the answer was the fallback.
+    pub fallback: bool,
 }
 
 /// What one routed message gave.
@@ -219,6 +246,7 @@ pub fn evaluate(
     let mut unknown: Vec<String> = Vec::new();
     let mut unknown_seen: HashSet<&str> = HashSet::new();
     let mut outcomes: Vec<(&str, Outcome)> = Vec::with_capacity(labelled.len());
+    let mut misses = Vec::new();
     // Tools as the daemon sends them: disabled ones are not.
     let tools = |d: DomainId| activation.visible_count(registry, d);
     let core: Vec<DomainId> = activation.active().filter(|&d| registry.domain(d).core).collect();
@@ -255,6 +283,29 @@ pub fn evaluate(
             }
         }
         let labels = wanted.len() + missing.len();
+        let sent = decision.domains.iter().map(|i| tools(i.domain)).sum();
+        if found < labels {
+            let mut named: HashSet<&str> = HashSet::new();
+            misses.push(Miss {
+                id: l.id.clone(),
+                split: l.split.clone(),
+                query: l.query.clone(),
+                missed: l
+                    .domains
+                    .iter()
+                    .filter(|name| registry.find(name).is_none_or(|d| !included.contains(&d)))
+                    .filter(|name| named.insert(name.as_str()))
+                    .cloned()
+                    .collect(),
+                answer: decision
+                    .domains
+                    .iter()
+                    .map(|i| format!("{}:{}", registry.domain(i.domain).name, i.reason.as_str()))
+                    .collect(),
+                tools: sent,
+                fallback: decision.fallback,
+            });
+        }
         outcomes.push((
             l.split.as_str(),
             Outcome {
@@ -265,7 +316,7 @@ pub fn evaluate(
                 } else {
                     found as f64 / labels as f64
                 },
-                sent: decision.domains.iter().map(|i| tools(i.domain)).sum(),
+                sent,
                 oracle,
                 fallback: decision.fallback,
                 reasons: decision.domains.iter().map(|i| i.reason).collect(),
@@ -285,6 +336,7 @@ pub fn evaluate(
         splits,
         registry_tools,
         unknown_domains: unknown,
+        misses,
     }
 }
 
@@ -350,6 +402,23 @@ mod tests {
         assert_eq!(report.registry_tools, 4);
         assert_eq!(all.tools_sent, (3 + 2 + 4 + 3) as f64 / 4.0);
         assert_eq!(all.registry_share, all.tools_sent / 4.0);
+        // The misses: what each lacked and what it got instead, in file order.
+        let miss = |query: &str, split: &str, missed: &[&str], answer: &[&str], tools, fallback| Miss {
+            id: String::new(),
+            split: split.into(),
+            query: query.into(),
+            missed: missed.iter().map(|s| s.to_string()).collect(),
+            answer: answer.iter().map(|s| s.to_string()).collect(),
+            tools,
+            fallback,
+        };
+        assert_eq!(
+            report.misses,
+            [
+                miss("beta", "x", &["a"], &["c:core", "b:keyword"], 2, false),
+                miss("alpha", "y", &["zzz"], &["c:core", "a:keyword"], 3, false),
+            ]
+        );
 
         // A label given twice is one label; no label at all is nothing missed.
         let labelled = [
@@ -372,6 +441,15 @@ mod tests {
         assert_eq!((twice.strict_recall, twice.soft_recall), (0.5, 0.75));
         let none = &report.splits["none"];
         assert_eq!((none.strict_recall, none.soft_recall), (1.0, 1.0));
+        let missed: Vec<&[String]> = report.misses.iter().map(|m| m.missed.as_slice()).collect();
+        assert_eq!(
+            missed,
+            [
+                &["zzz".to_string()][..],
+                &["yyy".to_string(), "zzz".to_string()][..]
+            ],
+            "each missed label once, in label order; the found ones not"
+        );
     }
 
     #[test]

@@ -20,6 +20,11 @@ pub struct EvalArgs {
     /// Print only the final JSON line.
     #[arg(long)]
     pub json: bool,
+    /// Also write every message whose answer lacked a labelled domain to this file (created
+    /// or emptied), one JSON object per line: `{"id"?, "split"?, "query", "missed",
+    /// "answer" ("name:reason" in answer order), "tools", "fallback"}`.
+    #[arg(long, value_name = "FILE")]
+    pub misses: Option<PathBuf>,
     /// Manifests, database and routing options, as for `serve`.
     #[command(flatten)]
     pub serve: Box<ServeArgs>,
@@ -36,6 +41,16 @@ pub(super) fn eval(args: &EvalArgs) -> Result<(), Failure> {
     }
     let labelled = crate::eval::read_labelled(&args.queries, config.max_message_bytes)?;
     let manifests = Registry::load(&config.manifests)?;
+    // Opened before routing, so a path that cannot be written stops the run at once.
+    let misses = args
+        .misses
+        .as_ref()
+        .map(|path| {
+            std::fs::File::create(path)
+                .map(|file| (path, std::io::BufWriter::new(file)))
+                .map_err(|e| Failure::config(format!("cannot write the misses to {}: {e}", path.display())))
+        })
+        .transpose()?;
     // Every domain active, unless a database is named (by flag, environment or config file):
     // then its settings table, and the registry it serves (the manifests' domains and the
     // ones registered at run time in it). A named database must exist, not be created empty.
@@ -151,6 +166,31 @@ pub(super) fn eval(args: &EvalArgs) -> Result<(), Failure> {
             report.registry_tools,
             reasons.join(", ")
         );
+        if let Some((path, _)) = &misses {
+            out!(
+                "{} {} lacked a labelled domain: written to {}",
+                report.misses.len(),
+                if report.misses.len() == 1 {
+                    "message"
+                } else {
+                    "messages"
+                },
+                path.display()
+            );
+        }
+    }
+    if let Some((path, mut file)) = misses {
+        use std::io::Write as _;
+        let written = report
+            .misses
+            .iter()
+            .try_for_each(|miss| {
+                serde_json::to_writer(&mut file, miss)?;
+                file.write_all(b"\n").map_err(serde_json::Error::io)
+            })
+            .and_then(|()| file.flush().map_err(serde_json::Error::io));
+        written
+            .map_err(|e| Failure::runtime(format!("cannot write the misses to {}: {e}", path.display())))?;
     }
     let line = serde_json::to_string(&report).map_err(|e| Failure::runtime(e.to_string()))?;
     out!("{line}");

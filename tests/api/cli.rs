@@ -262,6 +262,75 @@ async fn eval_reports_each_split_and_ends_with_one_json_line() {
     assert_eq!(report["overall"]["queries"], 3);
 }
 
+/// `eval --misses FILE` writes each message whose answer lacked a labelled domain, with what
+/// it got instead; a path it cannot write stops it before it routes anything (exit 2).
+#[tokio::test]
+async fn eval_writes_each_miss_with_what_it_got_instead() {
+    let dir = temp_dir();
+    let (folder, queries) = eval_fixture(dir.path());
+    std::fs::write(
+        &queries,
+        concat!(
+            r#"{"query":"play a movie","domains":["media"]}"#,
+            "\n",
+            r#"{"query":"play a movie and warm the room","domains":["media","climate"],"split":"s","id":"q2"}"#,
+            "\n",
+            r#"{"query":"play a movie","domains":["nope","media","nope"]}"#,
+            "\n",
+        ),
+    )
+    .unwrap();
+    let misses = dir.path().join("misses.jsonl");
+    let args = |misses: &Path| {
+        [
+            "eval".to_string(),
+            "--manifests".into(),
+            folder.to_str().unwrap().into(),
+            "--queries".into(),
+            queries.to_str().unwrap().into(),
+            "--search".into(),
+            "off".into(),
+            "--misses".into(),
+            misses.to_str().unwrap().into(),
+        ]
+    };
+    let argv = args(&misses);
+    let out = run(dir.path(), &argv.iter().map(String::as_str).collect::<Vec<_>>()).await;
+    assert!(out.status.success(), "{}", shown(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains(&format!(
+            "2 messages lacked a labelled domain: written to {}",
+            misses.display()
+        )),
+        "{stdout}"
+    );
+    let written: Vec<Value> = std::fs::read_to_string(&misses)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(
+        written,
+        [
+            serde_json::json!({"id": "q2", "split": "s", "query": "play a movie and warm the room",
+                "missed": ["climate"], "answer": ["media:keyword"], "tools": 1, "fallback": false}),
+            serde_json::json!({"query": "play a movie", "missed": ["nope"],
+                "answer": ["media:keyword"], "tools": 1, "fallback": false}),
+        ]
+    );
+
+    let nowhere = dir.path().join("no-such-folder").join("misses.jsonl");
+    let argv = args(&nowhere);
+    let out = run(dir.path(), &argv.iter().map(String::as_str).collect::<Vec<_>>()).await;
+    assert_eq!(out.status.code(), Some(2), "{}", shown(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!("cannot write the misses to {}", nowhere.display())),
+        "{stderr}"
+    );
+}
+
 /// `eval` serves nothing: what a shell set for `serve` (a public address, half a TLS pair) does
 /// not stop it. A split whose labels name no tool has no cost ratio (not a free `0.00x`), and
 /// labels the registry lacks are named quoted, blank ones too.
