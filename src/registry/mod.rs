@@ -394,6 +394,18 @@ impl Registry {
                     ),
                 ));
             }
+            // Keys are read as written (SPEC §3): only a settings row whose key has the same
+            // spaces activates the domain, which a settings UI hardly ever writes.
+            for k in d.settings_keys.iter().filter(|k| k.trim() != k.as_str()) {
+                out.push(warning(
+                    d.source.clone(),
+                    format!(
+                        "domain `{}`'s settings key \"{}\" begins or ends with white space: only a settings row whose key has the same spaces there activates it (remove the space)",
+                        d.name,
+                        crate::error::echo(k)
+                    ),
+                ));
+            }
             let long = |what: &str, text: &str| {
                 let n = text.chars().count();
                 (n > MAX_DESCRIPTION_CHARS).then(|| {

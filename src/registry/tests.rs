@@ -73,6 +73,7 @@ fn check_warns_about_missing_tiers_long_descriptions_top_level_unions_hollow_dom
     std::fs::write(
         full.join("spaced.json"),
         r#"{"name": "spaced", "keywords": [" smart home", "lamp", "tv\t"],
+            "settings_keys": ["lamp_url ", "lamp_token"],
             "tools": [{"name": "s", "description": "d", "tier": "read"}]}"#,
     )
     .unwrap();
@@ -114,6 +115,10 @@ fn check_warns_about_missing_tiers_long_descriptions_top_level_unions_hollow_dom
         (
             full.join("spaced.json"),
             "domain `spaced`'s keyword \"tv\\t\" begins or ends with white space",
+        ),
+        (
+            full.join("spaced.json"),
+            "domain `spaced`'s settings key \"lamp_url \" begins or ends with white space: only a settings row whose key has the same spaces there activates it",
         ),
     ];
     assert_eq!(warnings.len(), expect.len(), "{shown:#?}");

@@ -499,13 +499,18 @@ impl Validator<'_> {
                 self.push(format!("settings key #{} is empty or whitespace-only", i + 1));
             }
         }
+        // A blank display name or description says nothing: the defaults stand in for it, as
+        // for one left out, rather than an empty name in the texts the model reads.
+        let said = |s: &String| !s.trim().is_empty();
         Meta {
             display_name: obj
                 .get("display_name")
-                .and_then(|v| self.string(v, "`display_name`")),
+                .and_then(|v| self.string(v, "`display_name`"))
+                .filter(said),
             description: obj
                 .get("description")
-                .and_then(|v| self.string(v, "`description`")),
+                .and_then(|v| self.string(v, "`description`"))
+                .filter(said),
             settings_keys,
             keywords,
             core: self.bool(obj, "core", false),

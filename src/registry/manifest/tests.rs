@@ -1018,6 +1018,29 @@ fn omitted_native_fields_take_their_defaults() {
     );
     assert!(d.tools.is_empty() && d.keywords.is_empty() && d.settings_keys.is_empty());
     assert!(!d.core && d.fallback);
+    // A blank display name or description is one left out, in both formats.
+    let blank = [
+        (
+            "x.json",
+            r#"{"name": "pi-hole", "display_name": "  ", "description": ""}"#,
+        ),
+        (
+            "x.toml",
+            "name = \"pi-hole\"\ndisplay_name = \"\"\ndescription = \"\\t\"\n",
+        ),
+        (
+            "dir/pi-hole.json",
+            r#"[{"_meta": true, "display_name": "\u00a0", "description": " "}]"#,
+        ),
+    ];
+    for (path, text) in blank {
+        let d = parsed(path, text);
+        assert_eq!(
+            (d.display_name.as_str(), d.description.as_str()),
+            ("Pi Hole", "Tools from pi-hole group"),
+            "{path}"
+        );
+    }
 }
 
 #[test]
