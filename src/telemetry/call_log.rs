@@ -2,6 +2,8 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -53,10 +55,10 @@ type BoxFuture<T, E> = Pin<Box<dyn Future<Output = Result<T, E>> + Send>>;
 
 impl<S, B, R> Service<http::Request<B>> for Logged<S>
 where
-    S: Service<http::Request<B>, Response = http::Response<R>> + Clone + Send + 'static,
+    S: Service<http::Request<RequestBody<B>>, Response = http::Response<R>> + Clone + Send + 'static,
     S::Future: Send + 'static,
     S::Error: std::fmt::Display,
-    B: Send + 'static,
+    B: http_body::Body + Unpin + Send + 'static,
     R: http_body::Body + Unpin + Send + 'static,
     R::Error: std::fmt::Display,
 {
@@ -75,6 +77,11 @@ where
         let metrics = self.metrics.clone();
         let path = request.uri().path().to_string();
         let deadline = grpc_timeout(request.headers());
+        let broken = Arc::new(AtomicBool::new(false));
+        let request = request.map(|inner| RequestBody {
+            inner,
+            broken: Arc::clone(&broken),
+        });
         Box::pin(async move {
             let started = Instant::now();
             // A call whose future is dropped before it answers (given up by its client, cut
@@ -95,8 +102,16 @@ where
             if let Ok(response) = &mut result {
                 transport_refusals_in_the_contracts_codes(response);
             }
+            // However the service answered a request whose stream broke under it (tonic reads
+            // a stream its caller reset as one that ended, so a unary call finds no message),
+            // nobody is there to read the answer: the caller gave the call up.
+            let gone = broken.load(Ordering::Relaxed);
             let mut response = match result {
                 Ok(response) => response,
+                Err(e) if gone => {
+                    call.dropped(REQUEST_BROKEN, conversation.as_deref());
+                    return Err(e);
+                }
                 Err(e) => {
                     call.transport_error(&e);
                     return Err(e);
@@ -114,6 +129,7 @@ where
             }
             let summary = response.extensions_mut().remove::<CallSummary>();
             match status.filter(|s| s.code() != tonic::Code::Ok) {
+                Some(_) if gone => call.dropped(REQUEST_BROKEN, conversation.as_deref()),
                 Some(status) => call.failed(
                     status.code(),
                     status.message(),
@@ -216,6 +232,22 @@ impl Ended {
             conversation = conversation.unwrap_or(""),
             cause = %cause,
             "call failed"
+        );
+    }
+
+    /// A call dropped before it answered, or whose answer nobody is there to read:
+    /// `CANCELLED`, as gRPC names a call its caller gave up, with `cause`.
+    fn dropped(self, cause: &str, conversation: Option<&str>) {
+        let code = code_name(tonic::Code::Cancelled);
+        self.observe(code, None);
+        tracing::warn!(
+            target: TARGET,
+            method = %logged_method(&self.path),
+            code,
+            latency_ms = self.latency_ms(),
+            conversation = conversation.unwrap_or(""),
+            cause = %cause,
+            "call dropped before it answered"
         );
     }
 
@@ -403,21 +435,45 @@ impl Unanswered {
 impl Drop for Unanswered {
     fn drop(&mut self) {
         let Some(call) = self.call.take() else { return };
-        let code = code_name(tonic::Code::Cancelled);
-        call.observe(code, None);
-        let elapsed = call.started.elapsed();
         let cause = call
             .cut_cause("the caller cancelled it or went away, or the daemon stopped at the drain timeout");
         let conversation = lock(&self.conversation).take();
-        tracing::warn!(
-            target: TARGET,
-            method = %logged_method(&call.path),
-            code,
-            latency_ms = elapsed.as_secs_f64() * 1000.0,
-            conversation = conversation.as_deref().unwrap_or(""),
-            cause = %cause,
-            "call dropped before it answered"
-        );
+        call.dropped(&cause, conversation.as_deref());
+    }
+}
+
+/// Why a call whose request broke was dropped (see [`RequestBody`]).
+const REQUEST_BROKEN: &str = "the caller reset the call or lost its connection while sending the request";
+
+/// A request's body as the call log passes it on, noting whether it failed: the caller
+/// reset the stream or its connection went before the request was whole. The body itself is
+/// unchanged.
+pub(crate) struct RequestBody<B> {
+    inner: B,
+    broken: Arc<AtomicBool>,
+}
+
+impl<B: http_body::Body + Unpin> http_body::Body for RequestBody<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        let frame = Pin::new(&mut self.inner).poll_frame(cx);
+        if let Poll::Ready(Some(Err(_))) = &frame {
+            self.broken.store(true, Ordering::Relaxed);
+        }
+        frame
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
     }
 }
 

@@ -902,6 +902,97 @@ async fn a_refused_call_is_logged_once() {
     assert_eq!(about_it[0]["fields"]["code"], "UNAUTHENTICATED", "{log}");
 }
 
+/// A caller that resets its call, or whose connection goes, before its request is whole gave
+/// the call up: it is logged and counted `CANCELLED`, as a call dropped before it answered,
+/// not as a bad request (tonic reads a reset stream as one that ended, with no message) nor
+/// as an unknown fault. A request sent whole with no message is still the caller's error.
+#[tokio::test]
+async fn a_call_its_caller_resets_or_abandons_mid_request_is_counted_cancelled() {
+    let dir = temp_dir();
+    let metrics = free_addr();
+    let daemon = Daemon::start(dir.path(), &["--metrics-listen", &metrics]);
+    let route = || {
+        http::Request::post(format!("http://{}/toolrouter.v1.ToolRouter/Route", daemon.addr))
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .body(())
+            .unwrap()
+    };
+    // A message announced at 100 bytes, of which 10 come.
+    let part: &'static [u8] = &[
+        0, 0, 0, 0, 100, 10, 8, b'p', b'a', b'u', b's', b'e', b' ', b'i', b't',
+    ];
+    let connect = || async {
+        let tcp = tokio::net::TcpStream::connect(daemon.addr).await.unwrap();
+        let (send, connection) = h2::client::handshake(tcp).await.unwrap();
+        (send.ready().await.unwrap(), tokio::spawn(connection))
+    };
+
+    // Reset by its caller.
+    let (mut send, _connection) = connect().await;
+    let (_answer, mut stream) = send.send_request(route(), false).unwrap();
+    stream.send_data(bytes::Bytes::from_static(part), false).unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    stream.send_reset(h2::Reason::CANCEL);
+    // Its connection gone.
+    let (mut send, connection) = connect().await;
+    let (_answer, mut stream) = send.send_request(route(), false).unwrap();
+    stream.send_data(bytes::Bytes::from_static(part), false).unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    connection.abort();
+    drop((send, stream));
+    // Whole, and empty: the caller's error.
+    let (mut send, _connection) = connect().await;
+    let (answer, mut stream) = send.send_request(route(), false).unwrap();
+    stream.send_data(bytes::Bytes::new(), true).unwrap();
+    let answer = tokio::time::timeout(Duration::from_secs(5), answer)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        answer.headers().get("grpc-status").map(|v| v.as_bytes()),
+        Some(&b"3"[..]),
+        "{answer:?}"
+    );
+
+    let series = |code: &str| format!(r#"toolrouter_requests_total{{code="{code}",method="Route"}}"#);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = scrape(&metrics);
+        let counts = (
+            sample(&text, &series("CANCELLED")),
+            sample(&text, &series("INVALID_ARGUMENT")),
+            sample(&text, &series("UNKNOWN")),
+        );
+        if counts == (2.0, 1.0, 0.0) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{counts:?}:\n{text}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let log = daemon.log();
+    let lines = json_lines(&log);
+    let of = |message: &str| -> Vec<&serde_json::Value> {
+        lines
+            .iter()
+            .filter(|v| v["fields"]["method"] == "Route" && v["fields"]["message"] == message)
+            .map(|v| &v["fields"])
+            .collect()
+    };
+    let dropped = of("call dropped before it answered");
+    assert_eq!(dropped.len(), 2, "{log}");
+    for line in dropped {
+        assert_eq!(line["code"], "CANCELLED", "{log}");
+        assert_eq!(
+            line["cause"], "the caller reset the call or lost its connection while sending the request",
+            "{log}"
+        );
+    }
+    let failed = of("call failed");
+    assert_eq!(failed.len(), 1, "{log}");
+    assert_eq!(failed[0]["code"], "INVALID_ARGUMENT", "{log}");
+}
+
 #[tokio::test]
 async fn a_failed_call_is_logged_with_its_conversations_hash() {
     let dir = temp_dir();
