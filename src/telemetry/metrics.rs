@@ -316,20 +316,55 @@ pub(crate) async fn serve_metrics(
                 return;
             }
             let head = String::from_utf8_lossy(&buf[..len]);
-            let path = head.split_whitespace().nth(1).unwrap_or("");
-            let (status, body) =
-                if head.starts_with("GET ") && (path == "/metrics" || path.starts_with("/metrics?")) {
-                    ("200 OK", metrics.render(&state).await)
-                } else {
-                    ("404 Not Found", "try /metrics\n".to_string())
-                };
+            let asked = Asked::of(&head);
+            let (status, body, allow) = match asked {
+                Asked::Metrics { .. } => ("200 OK", metrics.render(&state).await, ""),
+                Asked::NotFound => ("404 Not Found", "try /metrics\n".to_string(), ""),
+                Asked::NotAllowed => (
+                    "405 Method Not Allowed",
+                    "GET or HEAD /metrics\n".to_string(),
+                    "allow: GET, HEAD\r\n",
+                ),
+            };
+            // A HEAD is answered the headers a GET would get, without the body.
+            let sent = if matches!(asked, Asked::Metrics { head: true }) {
+                ""
+            } else {
+                body.as_str()
+            };
             let response = format!(
-                "HTTP/1.1 {status}\r\ncontent-type: text/plain; version=0.0.4; charset=utf-8\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                "HTTP/1.1 {status}\r\ncontent-type: text/plain; version=0.0.4; charset=utf-8\r\ncontent-length: {}\r\n{allow}connection: close\r\n\r\n{sent}",
                 body.len()
             );
             let _ = stream.write_all(response.as_bytes()).await;
             let _ = stream.shutdown().await;
         });
+    }
+}
+
+/// What a request to the metrics endpoint asks, from its request line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Asked {
+    /// `GET` or `HEAD` of `/metrics` (a query string is ignored).
+    Metrics { head: bool },
+    /// Another path.
+    NotFound,
+    /// Another method on `/metrics`.
+    NotAllowed,
+}
+
+impl Asked {
+    fn of(head: &str) -> Asked {
+        let mut line = head.split_whitespace();
+        let (method, path) = (line.next().unwrap_or(""), line.next().unwrap_or(""));
+        if path != "/metrics" && !path.starts_with("/metrics?") {
+            return Asked::NotFound;
+        }
+        match method {
+            "GET" => Asked::Metrics { head: false },
+            "HEAD" => Asked::Metrics { head: true },
+            _ => Asked::NotAllowed,
+        }
     }
 }
 
@@ -363,6 +398,29 @@ mod tests {
         assert_eq!(count(first, "core"), 2);
         assert_eq!(count(last, "fallback"), 2);
         assert_eq!(count(first, "fallback"), 0);
+    }
+
+    #[test]
+    fn the_endpoint_serves_get_and_head_of_metrics_only() {
+        let cases = [
+            ("GET /metrics HTTP/1.1\r\n", Asked::Metrics { head: false }),
+            (
+                "GET /metrics?name[]=x HTTP/1.1\r\n",
+                Asked::Metrics { head: false },
+            ),
+            ("HEAD /metrics HTTP/1.1\r\n", Asked::Metrics { head: true }),
+            ("POST /metrics HTTP/1.1\r\n", Asked::NotAllowed),
+            ("PUT /metrics?x HTTP/1.1\r\n", Asked::NotAllowed),
+            ("get /metrics HTTP/1.1\r\n", Asked::NotAllowed),
+            ("GET / HTTP/1.1\r\n", Asked::NotFound),
+            ("GET /metricsx HTTP/1.1\r\n", Asked::NotFound),
+            ("POST /other HTTP/1.1\r\n", Asked::NotFound),
+            ("", Asked::NotFound),
+            ("garbage", Asked::NotFound),
+        ];
+        for (head, want) in cases {
+            assert_eq!(Asked::of(head), want, "{head:?}");
+        }
     }
 
     #[test]

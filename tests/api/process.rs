@@ -993,6 +993,40 @@ async fn a_call_its_caller_resets_or_abandons_mid_request_is_counted_cancelled()
     assert_eq!(failed[0]["code"], "INVALID_ARGUMENT", "{log}");
 }
 
+/// The metrics endpoint answers `HEAD` as `GET` without the body (probes use it), and
+/// another method `405` naming the two.
+#[tokio::test]
+async fn the_metrics_endpoint_answers_head_and_refuses_other_methods() {
+    let dir = temp_dir();
+    let metrics = free_addr();
+    let _daemon = Daemon::start(dir.path(), &["--metrics-listen", &metrics]);
+    let exchange = |request: &str| {
+        use std::io::{Read as _, Write as _};
+        let mut s = std::net::TcpStream::connect(&metrics).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        write!(s, "{request}\r\nhost: {metrics}\r\n\r\n").unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        out
+    };
+    let head = exchange("HEAD /metrics HTTP/1.1");
+    let (headers, body) = head.split_once("\r\n\r\n").unwrap();
+    assert!(headers.starts_with("HTTP/1.1 200 OK"), "{head}");
+    assert_eq!(body, "", "{head}");
+    let length: usize = headers
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length: "))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(length > 1000, "the length a GET's body has: {head}");
+    let post = exchange("POST /metrics HTTP/1.1");
+    assert!(post.starts_with("HTTP/1.1 405 Method Not Allowed"), "{post}");
+    assert!(post.contains("\r\nallow: GET, HEAD\r\n"), "{post}");
+    let other = exchange("GET /other HTTP/1.1");
+    assert!(other.starts_with("HTTP/1.1 404 Not Found"), "{other}");
+}
+
 #[tokio::test]
 async fn a_failed_call_is_logged_with_its_conversations_hash() {
     let dir = temp_dir();
