@@ -328,8 +328,9 @@ pub(super) async fn serve(args: &ServeArgs) -> Result<(), Failure> {
         // JSON text, which the JSON log format embeds as a real array.
         manifests = %serde_json::to_string(&config.manifests).unwrap_or_default(),
         settings_ttl = ?config.settings_ttl,
-        // As the flags and the configuration file spell them (`all-active`, `word`).
-        fallback = %spelled(&config.fallback),
+        // As the flags and the configuration file spell them (`all-active`, `word`); not
+        // `fallback`, which a call line holds as a boolean.
+        fallback_mode = %spelled(&config.fallback),
         keyword_match = %spelled(&config.keyword_match),
         expose_load_tool_group = config.expose_load_tool_group,
         conversation_ttl = ?config.conversation_ttl,

@@ -600,6 +600,8 @@ async fn calls_cut_at_their_callers_deadline_and_streams_are_logged_and_counted_
     for v in &lines {
         let d = &v["fields"]["domains"];
         assert!(d.is_null() || d.is_array(), "{v}");
+        let f = &v["fields"]["fallback"];
+        assert!(f.is_null() || f.is_boolean(), "{v}");
     }
     let dropped = of("LoadToolGroup", "call dropped before it answered");
     assert_eq!(dropped.len(), 1, "{log}");
@@ -828,8 +830,10 @@ async fn each_call_is_logged_once_without_its_text_and_counted_in_the_metrics() 
         .find(|v| v["fields"]["message"] == "starting")
         .expect("a start line");
     assert!(start["fields"]["manifests"].is_array(), "{start}");
-    // Options as the flags spell them.
-    assert_eq!(start["fields"]["fallback"], "all-active", "{start}");
+    // Options as the flags spell them; the fallback setting under a name of its own, since
+    // a call line's `fallback` is a boolean.
+    assert_eq!(start["fields"]["fallback_mode"], "all-active", "{start}");
+    assert!(start["fields"].get("fallback").is_none(), "{start}");
     assert_eq!(start["fields"]["keyword_match"], "word", "{start}");
     for secret in [
         "torrents seeding",
