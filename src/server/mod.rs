@@ -358,7 +358,9 @@ pub async fn serve(
         }
     };
     // The final flush and pool close wait on the database; a call cut at the drain timeout may
-    // be what holds it up, so they get a short grace after a cut and the drain timeout otherwise.
+    // be what holds it up, so they get a short grace after a cut and the drain timeout
+    // otherwise, never less than that grace (a drain timeout of 0 drains nothing, but the
+    // flush still gets its turn).
     let cleanup = async {
         let _ = stop_upkeep.send(());
         if let Err(e) = upkeep.await {
@@ -367,7 +369,11 @@ pub async fn serve(
         state.close().await;
     };
     let _ = stop_metrics.send(());
-    let grace = if cut { CUT_GRACE } else { drain_timeout };
+    let grace = if cut {
+        CUT_GRACE
+    } else {
+        drain_timeout.max(CUT_GRACE)
+    };
     if tokio::time::timeout(grace, cleanup).await.is_err() {
         tracing::warn!("the database is still busy at shutdown; exiting without the final idle-clock flush");
     }

@@ -1194,6 +1194,31 @@ async fn sigterm_closes_idle_connections_at_once_instead_of_waiting_the_drain_ti
     drop((silent, idle));
 }
 
+/// A drain timeout of 0 waits for no call, but the final flush still gets its turn: it was
+/// given the drain timeout, so an idle daemon exited without it, warning that the database
+/// was busy.
+#[tokio::test]
+async fn a_zero_drain_timeout_still_flushes_at_shutdown() {
+    let dir = temp_dir();
+    set_settings(dir.path(), &[("qbittorrent_url", "http://nas:8080")]).await;
+    let mut daemon = Daemon::start(dir.path(), &["--drain-timeout", "0s"]);
+    let mut c = daemon.client().await;
+    c.load_tool_group(load_request("c1", "qbittorrent"))
+        .await
+        .unwrap();
+    c.route(route_request("hello", "c1")).await.unwrap();
+    let start = Instant::now();
+    daemon.signal("TERM");
+    exits_cleanly_within_5_s(&mut daemon, start).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !daemon.log().contains("\"stopped\"") && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let log = daemon.log();
+    assert!(log.contains("\"stopped\""), "{log}");
+    assert!(!log.contains("still busy at shutdown"), "{log}");
+}
+
 #[tokio::test]
 async fn an_open_health_watch_ends_with_not_serving_and_does_not_hold_the_shutdown() {
     use tokio_stream::StreamExt as _;
