@@ -260,6 +260,8 @@ pub enum Command {
 struct Failure {
     code: u8,
     message: String,
+    /// Already said in the log: not printed again.
+    logged: bool,
 }
 
 impl Failure {
@@ -267,12 +269,14 @@ impl Failure {
         Failure {
             code: 1,
             message: message.into(),
+            logged: false,
         }
     }
     fn config(message: impl Into<String>) -> Self {
         Failure {
             code: 2,
             message: message.into(),
+            logged: false,
         }
     }
 }
@@ -389,7 +393,9 @@ pub async fn run(cli: Cli) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(f) => {
-            eprintln!("error: {}", f.message);
+            if !f.logged {
+                eprintln!("error: {}", f.message);
+            }
             ExitCode::from(f.code)
         }
     }

@@ -309,9 +309,24 @@ pub(super) async fn serve(args: &ServeArgs) -> Result<(), Failure> {
         return Ok(());
     }
     init_tracing(config.log_format);
+    let ended = run(&config).await;
+    match ended {
+        // In JSON logs what stops the daemon is a line like the others, which whatever
+        // collects the log can read; on a terminal or in a text log, the plain line says it.
+        Err(mut f) if config.log_format == LogFormat::Json => {
+            tracing::error!(cause = %f.message, exit_code = f.code, "the daemon cannot run");
+            f.logged = true;
+            Err(f)
+        }
+        ended => ended,
+    }
+}
+
+/// Runs the daemon `config` describes, logging in place, until it is asked to stop.
+async fn run(config: &Config) -> Result<(), Failure> {
     // TLS files that cannot be read or do not make a server identity are bad configuration,
     // found before anything starts (and a certificate out of date is a warning in the log).
-    let tls = crate::server::tls(&config)?;
+    let tls = crate::server::tls(config)?;
     // From here on a SIGHUP is taken (and served once the daemon is ready), never the default
     // action that ends the process: a reload sent while the registry loads must not kill it.
     #[cfg(unix)]
@@ -349,12 +364,12 @@ pub(super) async fn serve(args: &ServeArgs) -> Result<(), Failure> {
     let shutdown = shutdown_signal();
     let listener = crate::server::bind(config.listen, config.listen_backlog)
         .map_err(|e| Failure::runtime(format!("cannot listen on {}: {e}", config.listen)))?;
-    let state = State::new(registry, &config).await?;
+    let state = State::new(registry, config).await?;
     // Held until the daemon exits, and taken on each file restored over this one.
     state.claim_database()?;
     #[cfg(unix)]
     tokio::spawn(reload_on_sighup(hup, state.clone()));
-    crate::server::serve(listener, state, &config, tls, shutdown)
+    crate::server::serve(listener, state, config, tls, shutdown)
         .await
         .map_err(|e| Failure::runtime(format!("server failed: {e}")))
 }

@@ -1285,6 +1285,50 @@ fn cpu_ticks(pid: u32) -> u64 {
     fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
 }
 
+/// With JSON logs, what stops the daemon is a JSON line too (a log collector cannot read a
+/// plain one); with text logs it is the plain `error:` line.
+#[tokio::test]
+async fn with_json_logs_what_stops_the_daemon_is_a_json_line() {
+    let dir = temp_dir();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let serve = |format: &'static str| {
+        let addr = addr.clone();
+        let dir = dir.path().to_path_buf();
+        async move { run(&dir, &["serve", "--listen", &addr, "--log-format", format]).await }
+    };
+    let out = serve("json").await;
+    assert_eq!(out.status.code(), Some(1), "{}", shown(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<serde_json::Value> = stderr
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}\n{stderr}")))
+        .collect();
+    let last = &lines.last().unwrap();
+    assert_eq!(last["level"], "ERROR", "{stderr}");
+    assert_eq!(last["fields"]["message"], "the daemon cannot run", "{stderr}");
+    assert_eq!(last["fields"]["exit_code"], 1, "{stderr}");
+    assert!(
+        last["fields"]["cause"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("cannot listen on {addr}: ")),
+        "{stderr}"
+    );
+    let out = serve("text").await;
+    assert_eq!(out.status.code(), Some(1), "{}", shown(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr
+            .lines()
+            .last()
+            .unwrap()
+            .starts_with(&format!("error: cannot listen on {addr}: ")),
+        "{stderr}"
+    );
+    drop(taken);
+}
+
 #[tokio::test]
 async fn a_second_daemon_on_the_same_sqlite_file_is_refused_and_may_start_once_the_first_is_gone() {
     let dir = temp_dir();
