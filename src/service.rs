@@ -649,6 +649,21 @@ impl ToolRouter for ToolRouterService {
     ) -> Result<Response<Self::WatchRegistryStream>, Status> {
         use tokio_stream::StreamExt as _;
         let profile = self.profile(request.extensions(), &request.get_ref().profile)?;
+        // A deadline the caller set ends the stream when it passes, with DEADLINE_EXCEEDED as
+        // gRPC has it (tonic bounds a call only until its answer starts), so a watcher that
+        // stopped reading does not hold its stream open past it.
+        let timeout = crate::telemetry::grpc_timeout(request.metadata().as_ref())
+            .map(|d| (tokio::time::Instant::now() + d, d));
+        let deadline = tokio_stream::once(()).then(move |()| async move {
+            let Some((ends, d)) = timeout else {
+                return std::future::pending().await;
+            };
+            tokio::time::sleep_until(ends).await;
+            Err(Status::deadline_exceeded(format!(
+                "The caller's deadline (grpc-timeout) of {} passed.",
+                humantime::format_duration(d)
+            )))
+        });
         // The current state first: settings no older than the TTL (or a notification's),
         // which nothing may have asked for since the last event.
         self.state.view().await;
@@ -672,6 +687,7 @@ impl ToolRouter for ToolRouterService {
                 Some(Ok(event))
             })
             .merge(stop)
+            .merge(deadline)
             // Nothing after the status that ends it.
             .map_while({
                 let mut ended = false;

@@ -353,7 +353,7 @@ impl<R> Drop for LoggedBody<R> {
 }
 
 /// The deadline a caller set on its call (`grpc-timeout`: at most 8 digits and a unit).
-fn grpc_timeout(headers: &http::HeaderMap) -> Option<Duration> {
+pub(crate) fn grpc_timeout(headers: &http::HeaderMap) -> Option<Duration> {
     let value = headers.get("grpc-timeout")?.to_str().ok()?;
     let unit = value.chars().last()?;
     let digits = &value[..value.len() - unit.len_utf8()];

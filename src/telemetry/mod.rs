@@ -32,7 +32,7 @@ use crate::registry::{self, DomainId};
 use crate::router::Reason;
 
 pub(crate) use accept::AcceptPause;
-pub(crate) use call_log::CallLog;
+pub(crate) use call_log::{CallLog, grpc_timeout};
 pub(crate) use format::{JsonLogFormat, TextLogFormat};
 use format::{is_plain, push_json_str};
 pub(crate) use metrics::{Metrics, serve_metrics};

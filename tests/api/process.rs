@@ -531,13 +531,20 @@ async fn calls_cut_at_their_callers_deadline_and_streams_are_logged_and_counted_
     let mut closed = c.watch_registry(watch()).await.unwrap().into_inner();
     closed.message().await.unwrap().expect("the current state");
     drop(closed);
-    // One its caller ends at the deadline it set (as gRPC clients end a stream), once that
-    // has passed.
+    // One that reaches the deadline its caller set: the daemon ends it there, as gRPC has
+    // it (tonic bounds a call only until its answer starts).
     let mut timed = tonic::Request::new(watch());
     timed.set_timeout(Duration::from_millis(300));
+    let started = Instant::now();
     let mut timed = c.watch_registry(timed).await.unwrap().into_inner();
     timed.message().await.unwrap().expect("the current state");
-    tokio::time::sleep(Duration::from_millis(350)).await;
+    let ended = timed.message().await.unwrap_err();
+    assert_eq!(ended.code(), Code::DeadlineExceeded, "{ended:?}");
+    assert_eq!(
+        ended.message(),
+        "The caller's deadline (grpc-timeout) of 300ms passed."
+    );
+    assert!(started.elapsed() >= Duration::from_millis(300));
     drop(timed);
     let mut open = c.watch_registry(watch()).await.unwrap().into_inner();
     open.message().await.unwrap().expect("the current state");
@@ -546,7 +553,8 @@ async fn calls_cut_at_their_callers_deadline_and_streams_are_logged_and_counted_
         |code: &str, method: &str| format!(r#"toolrouter_requests_total{{code="{code}",method="{method}"}}"#);
     let wanted = [
         (series("CANCELLED", "LoadToolGroup"), 1.0),
-        (series("CANCELLED", "WatchRegistry"), 2.0),
+        (series("CANCELLED", "WatchRegistry"), 1.0),
+        (series("DEADLINE_EXCEEDED", "WatchRegistry"), 1.0),
         // A stream is counted when it ends, not when its headers go out.
         (series("OK", "WatchRegistry"), 0.0),
     ];
@@ -620,22 +628,22 @@ async fn calls_cut_at_their_callers_deadline_and_streams_are_logged_and_counted_
         "WatchRegistry",
         "stream closed before its end (by its caller, or cut at the drain timeout)",
     );
-    assert_eq!(closed.len(), 2, "{log}");
-    assert!(closed.iter().all(|c| c["code"] == "CANCELLED"), "{log}");
-    let causes: Vec<&str> = closed.iter().map(|c| c["cause"].as_str().unwrap()).collect();
+    assert_eq!(closed.len(), 1, "{log}");
+    assert_eq!(closed[0]["code"], "CANCELLED", "{log}");
     assert_eq!(
-        causes,
-        [
-            "its caller closed it or went away, or the daemon stopped at the drain timeout",
-            "the caller's deadline (grpc-timeout) of 300ms passed"
-        ],
+        closed[0]["cause"], "its caller closed it or went away, or the daemon stopped at the drain timeout",
         "{log}"
     );
     let failed = of("WatchRegistry", "call failed");
-    assert_eq!(failed.len(), 1, "{log}");
-    assert_eq!(failed[0]["code"], "UNAVAILABLE", "{log}");
+    assert_eq!(failed.len(), 2, "{log}");
+    assert_eq!(failed[0]["code"], "DEADLINE_EXCEEDED", "{log}");
+    assert_eq!(
+        failed[0]["cause"], "The caller's deadline (grpc-timeout) of 300ms passed.",
+        "{log}"
+    );
+    assert_eq!(failed[1]["code"], "UNAVAILABLE", "{log}");
     assert!(
-        failed[0]["cause"].as_str().unwrap().contains("shutting down"),
+        failed[1]["cause"].as_str().unwrap().contains("shutting down"),
         "{log}"
     );
     assert!(
