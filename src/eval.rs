@@ -38,6 +38,9 @@ pub struct Labelled {
     pub split: String,
 }
 
+/// The most bad lines of a labelled file an error names one by one.
+const MAX_BAD_LINES_NAMED: usize = 20;
+
 /// Reads a labelled JSONL file; blank lines are skipped. A query over `max_message_bytes`
 /// is refused, as the daemon refuses such a message, rather than measured.
 ///
@@ -63,17 +66,18 @@ pub(crate) fn read_labelled(path: &Path, max_message_bytes: usize) -> Result<Vec
     })?;
     // Editors on some systems start a file with a byte-order mark; it is not part of a line.
     let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
-    let labelled = text
+    // Every line is read, and every bad one named, as a manifest check names every problem.
+    let (labelled, bad): (Vec<_>, Vec<_>) = text
         .lines()
         .enumerate()
         .filter(|(_, l)| !l.trim().is_empty())
         .map(|(i, l)| {
             let bad = |why: String| {
-                Error::Config(format!(
+                format!(
                     "{}:{}: not a labelled message ({{\"query\", \"domains\"}}): {why}",
                     path.display(),
                     i + 1
-                ))
+                )
             };
             // serde names the column of a line it sees as line 1 of its own.
             let json = |e: serde_json::Error| {
@@ -105,7 +109,22 @@ pub(crate) fn read_labelled(path: &Path, max_message_bytes: usize) -> Result<Vec
             }
             Ok(labelled)
         })
-        .collect::<Result<Vec<Labelled>>>()?;
+        .partition(std::result::Result::is_ok);
+    if !bad.is_empty() {
+        let mut named: Vec<String> = bad
+            .iter()
+            .take(MAX_BAD_LINES_NAMED)
+            .filter_map(|b| b.as_ref().err().cloned())
+            .collect();
+        if bad.len() > MAX_BAD_LINES_NAMED {
+            named.push(format!(
+                "… and {} more bad lines",
+                bad.len() - MAX_BAD_LINES_NAMED
+            ));
+        }
+        return Err(Error::Config(named.join("\n")));
+    }
+    let labelled: Vec<Labelled> = labelled.into_iter().filter_map(std::result::Result::ok).collect();
     if labelled.is_empty() {
         return Err(Error::Config(format!(
             "{}: no labelled message in it (one JSON object per line)",
@@ -510,6 +529,26 @@ mod tests {
             e.contains(":1: not a labelled message") && e.contains("a line must be a JSON object"),
             "{e}"
         );
+        // Every bad line is named, each on a line of its own, up to a bound.
+        let good = "{\"query\": \"a\", \"domains\": []}\n";
+        std::fs::write(&path, format!("{good}nope\n{good}{{\"query\": \"b\"}}\n")).unwrap();
+        let e = read_labelled(&path, 1000).unwrap_err().to_string();
+        let lines: Vec<&str> = e.lines().collect();
+        assert_eq!(lines.len(), 2, "{e}");
+        assert!(
+            lines[0].contains("q.jsonl:2: not a labelled message") && lines[0].contains("expected ident"),
+            "{e}"
+        );
+        assert!(
+            lines[1].contains("q.jsonl:4: not a labelled message")
+                && lines[1].contains("missing field `domains`"),
+            "{e}"
+        );
+        std::fs::write(&path, "nope\n".repeat(MAX_BAD_LINES_NAMED + 5)).unwrap();
+        let e = read_labelled(&path, 1000).unwrap_err().to_string();
+        let lines: Vec<&str> = e.lines().collect();
+        assert_eq!(lines.len(), MAX_BAD_LINES_NAMED + 1, "{e}");
+        assert_eq!(lines[MAX_BAD_LINES_NAMED], "… and 5 more bad lines", "{e}");
         // A query the daemon would refuse is not measured.
         let line = |query: &str| format!("{{\"query\": \"{query}\", \"domains\": []}}\n");
         std::fs::write(&path, line(&"x".repeat(1000)) + &line(&"x".repeat(1001))).unwrap();
