@@ -58,7 +58,7 @@ where
     S: Service<http::Request<RequestBody<B>>, Response = http::Response<R>> + Clone + Send + 'static,
     S::Future: Send + 'static,
     S::Error: std::fmt::Display,
-    B: http_body::Body + Unpin + Send + 'static,
+    B: http_body::Body<Error = tonic::Status> + Unpin + Send + 'static,
     R: http_body::Body + Unpin + Send + 'static,
     R::Error: std::fmt::Display,
 {
@@ -445,15 +445,18 @@ impl Drop for Unanswered {
 /// Why a call whose request broke was dropped (see [`RequestBody`]).
 const REQUEST_BROKEN: &str = "the caller reset the call or lost its connection while sending the request";
 
-/// A request's body as the call log passes it on, noting whether it failed: the caller
-/// reset the stream or its connection went before the request was whole. The body itself is
+/// A request's body as the call log passes it on, noting whether the caller gave the call
+/// up before the request was whole: it reset the stream (`CANCEL`, which tonic reads as the
+/// end of the request), or its connection went (an h2 error without a reason, `UNKNOWN`).
+/// Other transport errors (a protocol error, the keepalive's timeout, too many resets) are
+/// not noted: the call is logged with the code tonic gives them. The body itself is
 /// unchanged.
 pub(crate) struct RequestBody<B> {
     inner: B,
     broken: Arc<AtomicBool>,
 }
 
-impl<B: http_body::Body + Unpin> http_body::Body for RequestBody<B> {
+impl<B: http_body::Body<Error = tonic::Status> + Unpin> http_body::Body for RequestBody<B> {
     type Data = B::Data;
     type Error = B::Error;
 
@@ -462,7 +465,9 @@ impl<B: http_body::Body + Unpin> http_body::Body for RequestBody<B> {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
         let frame = Pin::new(&mut self.inner).poll_frame(cx);
-        if let Poll::Ready(Some(Err(_))) = &frame {
+        if let Poll::Ready(Some(Err(e))) = &frame
+            && matches!(e.code(), tonic::Code::Cancelled | tonic::Code::Unknown)
+        {
             self.broken.store(true, Ordering::Relaxed);
         }
         frame
@@ -582,6 +587,57 @@ const GRPC_MESSAGE: &percent_encoding::AsciiSet = &percent_encoding::CONTROLS.ad
 mod tests {
     use super::*;
     use crate::settings::tests::Captured;
+
+    /// A request body that fails with `status` at once.
+    struct Failing(Option<tonic::Status>);
+
+    impl http_body::Body for Failing {
+        type Data = bytes::Bytes;
+        type Error = tonic::Status;
+
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+        ) -> Poll<Option<Result<http_body::Frame<bytes::Bytes>, tonic::Status>>> {
+            Poll::Ready(self.0.take().map(Err))
+        }
+    }
+
+    #[test]
+    fn a_request_body_notes_only_a_caller_that_gave_the_call_up() {
+        use tonic::Status;
+        let cases = [
+            (
+                Status::cancelled("h2 protocol error: stream reset by peer (CANCEL)"),
+                true,
+            ),
+            (
+                Status::unknown("h2 protocol error: error reading a body from connection"),
+                true,
+            ),
+            (Status::internal("h2 protocol error: PROTOCOL_ERROR"), false),
+            (Status::unavailable("keep-alive timed out"), false),
+            (
+                Status::resource_exhausted("h2 protocol error: ENHANCE_YOUR_CALM"),
+                false,
+            ),
+        ];
+        let waker = std::task::Waker::noop();
+        for (status, gave_up) in cases {
+            let code = status.code();
+            let broken = Arc::new(AtomicBool::new(false));
+            let mut body = RequestBody {
+                inner: Failing(Some(status)),
+                broken: Arc::clone(&broken),
+            };
+            let frame = http_body::Body::poll_frame(Pin::new(&mut body), &mut Context::from_waker(waker));
+            assert!(
+                matches!(frame, Poll::Ready(Some(Err(_)))),
+                "{code:?}: passed on as it came"
+            );
+            assert_eq!(broken.load(Ordering::Relaxed), gave_up, "{code:?}");
+        }
+    }
 
     #[test]
     fn a_callers_deadline_is_read_from_grpc_timeout_and_a_malformed_one_is_none() {
