@@ -312,8 +312,9 @@ pub(super) async fn serve(args: &ServeArgs) -> Result<(), Failure> {
     let ended = run(&config).await;
     match ended {
         // In JSON logs what stops the daemon is a line like the others, which whatever
-        // collects the log can read; on a terminal or in a text log, the plain line says it.
-        Err(mut f) if config.log_format == LogFormat::Json => {
+        // collects the log can read; on a terminal or in a text log, the plain line says it,
+        // and so it does when `RUST_LOG` filters the event out: it is never left unsaid.
+        Err(mut f) if config.log_format == LogFormat::Json && tracing::enabled!(tracing::Level::ERROR) => {
             tracing::error!(cause = %f.message, exit_code = f.code, "the daemon cannot run");
             f.logged = true;
             Err(f)

@@ -326,8 +326,9 @@ pub(crate) async fn serve_metrics(
                     "allow: GET, HEAD\r\n",
                 ),
             };
-            // A HEAD is answered the headers a GET would get, without the body.
-            let sent = if matches!(asked, Asked::Metrics { head: true }) {
+            // A HEAD is answered the headers a GET would get, without the body (HTTP sends
+            // none in an answer to a HEAD, whatever its status).
+            let sent = if head.starts_with("HEAD ") {
                 ""
             } else {
                 body.as_str()

@@ -14,7 +14,7 @@ use toolrouter::proto::{InvalidateSettingsRequest, ListGroupsRequest, Reason, Wa
 use crate::helpers::{
     Backend, Daemon, WriteLock, call_lines, certificates, conversation_hash, database_on, db_url,
     demo_registry, free_addr, health, json_lines, load_request, loaded, manifest_dir, reasons, route_request,
-    run, sample, scrape, set_settings, set_settings_at, shown, temp_dir,
+    run, run_with_env, sample, scrape, set_settings, set_settings_at, shown, temp_dir,
 };
 
 crate::on_both_backends!(a_load_acknowledged_before_sigkill_is_there_after_a_restart);
@@ -1037,6 +1037,9 @@ async fn the_metrics_endpoint_answers_head_and_refuses_other_methods() {
     assert!(post.contains("\r\nallow: GET, HEAD\r\n"), "{post}");
     let other = exchange("GET /other HTTP/1.1");
     assert!(other.starts_with("HTTP/1.1 404 Not Found"), "{other}");
+    let other = exchange("HEAD /other HTTP/1.1");
+    assert!(other.starts_with("HTTP/1.1 404 Not Found"), "{other}");
+    assert!(other.ends_with("\r\n\r\n"), "no body for a HEAD: {other:?}");
 }
 
 #[tokio::test]
@@ -1332,6 +1335,16 @@ async fn with_json_logs_what_stops_the_daemon_is_a_json_line() {
             .last()
             .unwrap()
             .starts_with(&format!("error: cannot listen on {addr}: ")),
+        "{stderr}"
+    );
+    // A log that would leave the event out still says why the daemon stopped.
+    let quiet = ["serve", "--listen", &addr, "--log-format", "json"];
+    let out = run_with_env(dir.path(), &quiet, &[("RUST_LOG", "off")]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", shown(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.lines().count(), 1, "only the plain line: {stderr}");
+    assert!(
+        stderr.starts_with(&format!("error: cannot listen on {addr}: ")),
         "{stderr}"
     );
     drop(taken);
