@@ -1,7 +1,7 @@
 //! `eval`: routing quality over labelled messages, in-process with the same manifest and
 //! routing options as `serve` (the measuring is `crate::eval`; this prints it).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::Args;
 
@@ -44,12 +44,8 @@ pub(super) fn eval(args: &EvalArgs) -> Result<(), Failure> {
     // Opened before routing, so a path that cannot be written stops the run at once.
     let misses = args
         .misses
-        .as_ref()
-        .map(|path| {
-            std::fs::File::create(path)
-                .map(|file| (path, std::io::BufWriter::new(file)))
-                .map_err(|e| Failure::config(format!("cannot write the misses to {}: {e}", path.display())))
-        })
+        .as_deref()
+        .map(|path| MissesFile::create(path, &args.queries))
         .transpose()?;
     // Every domain active, unless a database is named (by flag, environment or config file):
     // then its settings table, and the registry it serves (the manifests' domains and the
@@ -110,6 +106,9 @@ pub(super) fn eval(args: &EvalArgs) -> Result<(), Failure> {
                 .join(", ")
         );
     }
+    if let Some(file) = misses {
+        file.write(&report.misses)?;
+    }
     if !args.json {
         let row = |name: &str, f: &Figures| {
             vec![
@@ -166,7 +165,7 @@ pub(super) fn eval(args: &EvalArgs) -> Result<(), Failure> {
             report.registry_tools,
             reasons.join(", ")
         );
-        if let Some((path, _)) = &misses {
+        if let Some(path) = &args.misses {
             out!(
                 "{} {} lacked a labelled domain: written to {}",
                 report.misses.len(),
@@ -179,20 +178,76 @@ pub(super) fn eval(args: &EvalArgs) -> Result<(), Failure> {
             );
         }
     }
-    if let Some((path, mut file)) = misses {
+    let line = serde_json::to_string(&report).map_err(|e| Failure::runtime(e.to_string()))?;
+    out!("{line}");
+    Ok(())
+}
+
+/// The file `eval --misses` names, written whole or not at all: the lines go to a file
+/// beside it, renamed over it once all are written, so a run that fails leaves what was
+/// there (and the partial file is removed).
+struct MissesFile<'a> {
+    path: &'a Path,
+    partial: PathBuf,
+    file: Option<std::io::BufWriter<std::fs::File>>,
+}
+
+impl<'a> MissesFile<'a> {
+    /// Creates the partial file beside `path`; refuses `path` when it is the labelled file.
+    fn create(path: &'a Path, queries: &Path) -> Result<Self, Failure> {
+        let cannot = |e: &dyn std::fmt::Display| {
+            Failure::config(format!("cannot write the misses to {}: {e}", path.display()))
+        };
+        let name = path
+            .file_name()
+            .ok_or_else(|| cannot(&"the path names no file"))?;
+        // The labelled file is never written over, however the two paths are spelled.
+        let folder = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        let same = match (std::fs::canonicalize(folder), std::fs::canonicalize(queries)) {
+            (Ok(folder), Ok(queries)) => folder.join(name) == queries,
+            _ => false,
+        };
+        if same {
+            return Err(cannot(
+                &"it is the labelled file --queries reads; name another file",
+            ));
+        }
+        let partial = folder.join(format!(".{}.partial", name.to_string_lossy()));
+        let file = std::fs::File::create(&partial).map_err(|e| cannot(&e))?;
+        Ok(MissesFile {
+            path,
+            partial,
+            file: Some(std::io::BufWriter::new(file)),
+        })
+    }
+
+    /// Writes the misses, one JSON object per line, and puts the file in place.
+    fn write(mut self, misses: &[crate::eval::Miss]) -> Result<(), Failure> {
         use std::io::Write as _;
-        let written = report
-            .misses
+        let Some(mut file) = self.file.take() else {
+            return Ok(());
+        };
+        let written = misses
             .iter()
             .try_for_each(|miss| {
                 serde_json::to_writer(&mut file, miss)?;
                 file.write_all(b"\n").map_err(serde_json::Error::io)
             })
-            .and_then(|()| file.flush().map_err(serde_json::Error::io));
+            .and_then(|()| file.flush().map_err(serde_json::Error::io))
+            .map_err(|e| e.to_string());
+        drop(file);
         written
-            .map_err(|e| Failure::runtime(format!("cannot write the misses to {}: {e}", path.display())))?;
+            .and_then(|()| std::fs::rename(&self.partial, self.path).map_err(|e| e.to_string()))
+            .map_err(|e| Failure::runtime(format!("cannot write the misses to {}: {e}", self.path.display())))
     }
-    let line = serde_json::to_string(&report).map_err(|e| Failure::runtime(e.to_string()))?;
-    out!("{line}");
-    Ok(())
+}
+
+impl Drop for MissesFile<'_> {
+    fn drop(&mut self) {
+        // Renamed away when written; otherwise what is left of it goes.
+        let _ = std::fs::remove_file(&self.partial);
+    }
 }

@@ -320,6 +320,32 @@ async fn eval_writes_each_miss_with_what_it_got_instead() {
         ]
     );
 
+    // A run that fails after the file was named leaves it as it was, and nothing beside it.
+    let before = std::fs::read(&misses).unwrap();
+    let mut argv = args(&misses).to_vec();
+    argv.extend(["--database".to_string(), "sqlite://no-such.db".to_string()]);
+    let out = run(dir.path(), &argv.iter().map(String::as_str).collect::<Vec<_>>()).await;
+    assert_eq!(out.status.code(), Some(2), "{}", shown(&out));
+    assert_eq!(std::fs::read(&misses).unwrap(), before);
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains("partial"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    // The labelled file itself is never written over, however it is spelled.
+    let labelled = std::fs::read(&queries).unwrap();
+    let spelled = dir.path().join(".").join(queries.file_name().unwrap());
+    let argv = args(&spelled);
+    let out = run(dir.path(), &argv.iter().map(String::as_str).collect::<Vec<_>>()).await;
+    assert_eq!(out.status.code(), Some(2), "{}", shown(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("it is the labelled file --queries reads"),
+        "{}",
+        shown(&out)
+    );
+    assert_eq!(std::fs::read(&queries).unwrap(), labelled);
+
     let nowhere = dir.path().join("no-such-folder").join("misses.jsonl");
     let argv = args(&nowhere);
     let out = run(dir.path(), &argv.iter().map(String::as_str).collect::<Vec<_>>()).await;
