@@ -254,8 +254,9 @@ impl Connection {
         }
         let mut endpoint = endpoint
             .connect_timeout(timeout)
-            // Every call gets a deadline, sent to the daemon as `grpc-timeout` too, so a
-            // daemon that accepts and never answers cannot hang the caller.
+            // Every call gets a deadline (the client's own: tonic does not send it as
+            // `grpc-timeout`), so a daemon that accepts and never answers cannot hang the
+            // caller.
             .timeout(timeout)
             .tcp_nodelay(true);
         // TLS for an `https://` address: the CA `--tls-ca` names, else the public web PKI's

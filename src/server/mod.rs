@@ -358,9 +358,9 @@ pub async fn serve(
         }
     };
     // The final flush and pool close wait on the database; a call cut at the drain timeout may
-    // be what holds it up, so they get a short grace after a cut and the drain timeout
-    // otherwise, never less than that grace (a drain timeout of 0 drains nothing, but the
-    // flush still gets its turn).
+    // be what holds it up, so they get a short grace once the drain timeout was reached and
+    // the drain timeout otherwise, never less than that grace (a drain timeout of 0 drains
+    // nothing, but the flush still gets its turn).
     let cleanup = async {
         let _ = stop_upkeep.send(());
         if let Err(e) = upkeep.await {
