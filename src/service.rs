@@ -676,14 +676,20 @@ impl ToolRouter for ToolRouterService {
             .map(|_| Err(Status::unavailable(WATCH_ENDED_BY_SHUTDOWN)));
         // The latest view first, then each change; a slow reader skips to the latest. Each
         // stream tells only what changed for its consumer.
-        let mut last: Option<proto::RegistryEvent> = None;
+        let mut last: Option<(u64, proto::RegistryEvent)> = None;
         let events = tokio_stream::wrappers::WatchStream::new(views)
             .filter_map(move |view| {
                 let event = registry_event(view.scope(profile));
-                if last.as_ref() == Some(&event) {
+                // Every reload (a new registry build) is news, even to a consumer it changed
+                // nothing for (SPEC §11); a settings change only when it changed what this
+                // consumer sees.
+                if last
+                    .as_ref()
+                    .is_some_and(|(build, seen)| *build == view.build() && *seen == event)
+                {
                     return None;
                 }
-                last = Some(event.clone());
+                last = Some((view.build(), event.clone()));
                 Some(Ok(event))
             })
             .merge(stop)

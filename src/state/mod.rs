@@ -375,14 +375,15 @@ impl State {
     }
 
     /// Tells watchers about the view served now when it differs from what they saw in what
-    /// they are told: the registry version, the active domains or the disabled tools. The
+    /// they are told (the active domains or the disabled tools) or is another registry build:
+    /// every reload is news (SPEC §11), even one that found nothing changed. The
     /// view is read under the channel's lock, not handed in by the swap that calls this: a
     /// swapper that publishes late (after a newer swap published) tells the newest view
     /// again, never its own older one.
     fn publish(&self) {
         self.inner.events.send_if_modified(|seen| {
             let view = self.inner.view.load_full();
-            let changed = seen.registry.version() != view.registry.version()
+            let changed = seen.build() != view.build()
                 || !seen.activation.active().eq(view.activation.active())
                 || seen.settings.disabled() != view.settings.disabled();
             if changed {

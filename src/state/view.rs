@@ -40,6 +40,8 @@ pub struct View {
     profiles: Arc<Profiles>,
     /// Activation and meta-tools per profile, derived on the profile's first call.
     scoped: Box<[OnceLock<Scoped>]>,
+    /// Which registry build the parts are (see [`View::build`]).
+    build: u64,
 }
 
 /// Activation under one profile, and its meta-tools.
@@ -99,6 +101,7 @@ impl View {
             matcher,
             index,
             renders,
+            build,
         } = parts;
         let activation = Activation::new(&registry, &settings);
         View {
@@ -113,7 +116,15 @@ impl View {
             expose: (options.expose_load_tool_group, options.expose_search_tools),
             scoped: (0..profiles.len()).map(|_| OnceLock::new()).collect(),
             profiles,
+            build,
         }
+    }
+
+    /// The number of the registry build this view serves, unique in the process: a reload
+    /// builds anew even when it finds nothing changed, and watchers hear of every reload
+    /// (SPEC §11), where a settings re-read keeps the build.
+    pub(crate) fn build(&self) -> u64 {
+        self.build
     }
 
     /// Whether answers carry the `load_tool_group` meta-tool (`--expose-load-tool-group`).
@@ -128,6 +139,7 @@ impl View {
             matcher: self.matcher.clone(),
             index: self.index.clone(),
             renders: self.renders.clone(),
+            build: self.build,
         }
     }
 
@@ -265,7 +277,11 @@ pub(super) struct Parts {
     matcher: Arc<Matcher>,
     index: Arc<SearchIndex>,
     renders: Arc<Renders>,
+    build: u64,
 }
+
+/// Registry builds so far in the process (see [`View::build`]).
+static BUILDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 impl Parts {
     /// Builds the automaton, then the search index and the renders (with their token counts)
@@ -285,6 +301,7 @@ impl Parts {
             matcher: Arc::new(matcher),
             index: Arc::new(index),
             renders: Arc::new(renders),
+            build: BUILDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1,
         })
     }
 }

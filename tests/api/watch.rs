@@ -99,6 +99,17 @@ async fn a_watcher_sees_the_state_then_each_change_in_order() {
     assert_eq!(fourth_a.registry_version, reloaded.registry_version);
     assert_eq!(fourth_a.active_domains, ["a"]);
     assert_eq!(fourth_a.disabled_tools, ["a2"]);
+
+    // A reload that finds nothing changed is a reload all the same: an event on each stream,
+    // the same state (SPEC §11, "an event on every registry reload").
+    let again = app.reload().await.unwrap();
+    assert_eq!(again.registry_version, reloaded.registry_version);
+    assert_eq!(next(&mut all).await, fourth);
+    assert_eq!(next(&mut only_a).await, fourth_a);
+    assert!(
+        quiet(&mut all).await && quiet(&mut only_a).await,
+        "one event per reload"
+    );
 }
 
 #[tokio::test]
