@@ -20,8 +20,9 @@ pub struct EvalArgs {
     /// Print only the final JSON line.
     #[arg(long)]
     pub json: bool,
-    /// Also write every message whose answer lacked a labelled domain to this file (created
-    /// or emptied), one JSON object per line: `{"id"?, "split"?, "query", "missed",
+    /// Also write every message whose answer lacked a labelled domain to this file (created,
+    /// or emptied once the run is done; a run that fails leaves it as it was), one JSON
+    /// object per line: `{"id"?, "split"?, "query", "missed",
     /// "answer" ("name:reason" in answer order), "tools", "fallback"}`.
     #[arg(long, value_name = "FILE")]
     pub misses: Option<PathBuf>,
@@ -183,71 +184,96 @@ pub(super) fn eval(args: &EvalArgs) -> Result<(), Failure> {
     Ok(())
 }
 
-/// The file `eval --misses` names, written whole or not at all: the lines go to a file
-/// beside it, renamed over it once all are written, so a run that fails leaves what was
-/// there (and the partial file is removed).
+/// The file `eval --misses` names. It is opened at start without being emptied, so a path
+/// that cannot be written stops the run before routing and a run that fails leaves the file
+/// as it was (one it created is removed); the misses are written into it, emptied, once the
+/// run is done. Writing through the path itself (not a file renamed over it) keeps a
+/// symbolic link, a device (`/dev/stdout`) or a mounted file what it is.
 struct MissesFile<'a> {
     path: &'a Path,
-    partial: PathBuf,
-    file: Option<std::io::BufWriter<std::fs::File>>,
+    file: Option<std::fs::File>,
+    /// The run created the file: removed unless the misses were written.
+    created: bool,
 }
 
 impl<'a> MissesFile<'a> {
-    /// Creates the partial file beside `path`; refuses `path` when it is the labelled file.
+    /// Opens `path` for writing (created when missing, not emptied); refuses it when it is
+    /// the labelled file.
     fn create(path: &'a Path, queries: &Path) -> Result<Self, Failure> {
         let cannot = |e: &dyn std::fmt::Display| {
             Failure::config(format!("cannot write the misses to {}: {e}", path.display()))
         };
-        let name = path
-            .file_name()
-            .ok_or_else(|| cannot(&"the path names no file"))?;
+        let existed = path.exists();
+        let file = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(path)
+            .map_err(|e| cannot(&e))?;
+        let opened = MissesFile {
+            path,
+            file: Some(file),
+            created: !existed,
+        };
         // The labelled file is never written over, however the two paths are spelled.
-        let folder = match path.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p,
-            _ => Path::new("."),
-        };
-        let same = match (std::fs::canonicalize(folder), std::fs::canonicalize(queries)) {
-            (Ok(folder), Ok(queries)) => folder.join(name) == queries,
-            _ => false,
-        };
-        if same {
+        if let (Some(file), Ok(labelled)) = (&opened.file, std::fs::File::open(queries))
+            && same_file(file, &labelled)
+        {
             return Err(cannot(
                 &"it is the labelled file --queries reads; name another file",
             ));
         }
-        let partial = folder.join(format!(".{}.partial", name.to_string_lossy()));
-        let file = std::fs::File::create(&partial).map_err(|e| cannot(&e))?;
-        Ok(MissesFile {
-            path,
-            partial,
-            file: Some(std::io::BufWriter::new(file)),
-        })
+        Ok(opened)
     }
 
-    /// Writes the misses, one JSON object per line, and puts the file in place.
+    /// Empties the file and writes the misses into it, one JSON object per line.
     fn write(mut self, misses: &[crate::eval::Miss]) -> Result<(), Failure> {
         use std::io::Write as _;
-        let Some(mut file) = self.file.take() else {
+        let Some(file) = self.file.take() else {
             return Ok(());
         };
-        let written = misses
+        let cannot = |e: &dyn std::fmt::Display| {
+            Failure::runtime(format!("cannot write the misses to {}: {e}", self.path.display()))
+        };
+        // A device or a pipe cannot be emptied, and has nothing to empty.
+        if file.metadata().is_ok_and(|m| m.is_file()) {
+            file.set_len(0).map_err(|e| cannot(&e))?;
+        }
+        let mut out = std::io::BufWriter::new(file);
+        misses
             .iter()
             .try_for_each(|miss| {
-                serde_json::to_writer(&mut file, miss)?;
-                file.write_all(b"\n").map_err(serde_json::Error::io)
+                serde_json::to_writer(&mut out, miss)?;
+                out.write_all(b"\n").map_err(serde_json::Error::io)
             })
-            .and_then(|()| file.flush().map_err(serde_json::Error::io))
-            .map_err(|e| e.to_string());
-        drop(file);
-        written
-            .and_then(|()| std::fs::rename(&self.partial, self.path).map_err(|e| e.to_string()))
-            .map_err(|e| Failure::runtime(format!("cannot write the misses to {}: {e}", self.path.display())))
+            .and_then(|()| out.flush().map_err(serde_json::Error::io))
+            .map_err(|e| cannot(&e))?;
+        self.created = false;
+        Ok(())
     }
 }
 
 impl Drop for MissesFile<'_> {
     fn drop(&mut self) {
-        // Renamed away when written; otherwise what is left of it goes.
-        let _ = std::fs::remove_file(&self.partial);
+        // A file this run created and did not write (the run failed) goes.
+        if self.created {
+            let _ = std::fs::remove_file(self.path);
+        }
+    }
+}
+
+/// Whether two open files are one file (on Unix, the same device and inode).
+fn same_file(a: &std::fs::File, b: &std::fs::File) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt as _;
+        match (a.metadata(), b.metadata()) {
+            (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+            _ => false,
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = (a, b);
+        false
     }
 }

@@ -328,11 +328,7 @@ pub(crate) async fn serve_metrics(
             };
             // A HEAD is answered the headers a GET would get, without the body (HTTP sends
             // none in an answer to a HEAD, whatever its status).
-            let sent = if head.starts_with("HEAD ") {
-                ""
-            } else {
-                body.as_str()
-            };
+            let sent = if Asked::is_head(&head) { "" } else { body.as_str() };
             let response = format!(
                 "HTTP/1.1 {status}\r\ncontent-type: text/plain; version=0.0.4; charset=utf-8\r\ncontent-length: {}\r\n{allow}connection: close\r\n\r\n{sent}",
                 body.len()
@@ -355,6 +351,11 @@ enum Asked {
 }
 
 impl Asked {
+    /// Whether the request is a `HEAD` (of any path), read as [`Asked::of`] reads it.
+    fn is_head(head: &str) -> bool {
+        head.split_whitespace().next() == Some("HEAD")
+    }
+
     fn of(head: &str) -> Asked {
         let mut line = head.split_whitespace();
         let (method, path) = (line.next().unwrap_or(""), line.next().unwrap_or(""));
@@ -421,6 +422,19 @@ mod tests {
         ];
         for (head, want) in cases {
             assert_eq!(Asked::of(head), want, "{head:?}");
+        }
+        // A body goes to no HEAD, whatever it asks; read as the request line is read.
+        for (head, is_head) in [
+            ("HEAD /metrics HTTP/1.1\r\n", true),
+            ("\r\nHEAD /metrics HTTP/1.1\r\n", true),
+            ("HEAD /other HTTP/1.1\r\n", true),
+            ("GET /metrics HTTP/1.1\r\n", false),
+            ("HEADX /metrics HTTP/1.1\r\n", false),
+        ] {
+            assert_eq!(Asked::is_head(head), is_head, "{head:?}");
+            if is_head && head.contains("/metrics") {
+                assert_eq!(Asked::of(head), Asked::Metrics { head: true }, "{head:?}");
+            }
         }
     }
 

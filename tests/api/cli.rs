@@ -320,19 +320,31 @@ async fn eval_writes_each_miss_with_what_it_got_instead() {
         ]
     );
 
-    // A run that fails after the file was named leaves it as it was, and nothing beside it.
+    // A run that fails after the file was named leaves it as it was, or, one it created,
+    // not there.
     let before = std::fs::read(&misses).unwrap();
-    let mut argv = args(&misses).to_vec();
-    argv.extend(["--database".to_string(), "sqlite://no-such.db".to_string()]);
-    let out = run(dir.path(), &argv.iter().map(String::as_str).collect::<Vec<_>>()).await;
-    assert_eq!(out.status.code(), Some(2), "{}", shown(&out));
+    let fresh = dir.path().join("fresh.jsonl");
+    for path in [&misses, &fresh] {
+        let mut argv = args(path).to_vec();
+        argv.extend(["--database".to_string(), "sqlite://no-such.db".to_string()]);
+        let out = run(dir.path(), &argv.iter().map(String::as_str).collect::<Vec<_>>()).await;
+        assert_eq!(out.status.code(), Some(2), "{}", shown(&out));
+    }
     assert_eq!(std::fs::read(&misses).unwrap(), before);
-    let left: Vec<_> = std::fs::read_dir(dir.path())
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.contains("partial"))
-        .collect();
-    assert!(left.is_empty(), "{left:?}");
+    assert!(!fresh.exists());
+    // A device is written through, not replaced.
+    let argv = args(Path::new("/dev/null"));
+    let out = run(dir.path(), &argv.iter().map(String::as_str).collect::<Vec<_>>()).await;
+    assert!(out.status.success(), "{}", shown(&out));
+    {
+        use std::os::unix::fs::FileTypeExt as _;
+        assert!(
+            std::fs::metadata("/dev/null")
+                .unwrap()
+                .file_type()
+                .is_char_device()
+        );
+    }
     // The labelled file itself is never written over, however it is spelled.
     let labelled = std::fs::read(&queries).unwrap();
     let spelled = dir.path().join(".").join(queries.file_name().unwrap());
