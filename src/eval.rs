@@ -67,7 +67,8 @@ pub(crate) fn read_labelled(path: &Path, max_message_bytes: usize) -> Result<Vec
     // Editors on some systems start a file with a byte-order mark; it is not part of a line.
     let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
     // Every line is read, and every bad one named, as a manifest check names every problem.
-    let (labelled, bad): (Vec<_>, Vec<_>) = text
+    let (mut labelled, mut bad) = (Vec::new(), Vec::new());
+    let lines = text
         .lines()
         .enumerate()
         .filter(|(_, l)| !l.trim().is_empty())
@@ -108,23 +109,21 @@ pub(crate) fn read_labelled(path: &Path, max_message_bytes: usize) -> Result<Vec
                 )));
             }
             Ok(labelled)
-        })
-        .partition(std::result::Result::is_ok);
-    if !bad.is_empty() {
-        let mut named: Vec<String> = bad
-            .iter()
-            .take(MAX_BAD_LINES_NAMED)
-            .filter_map(|b| b.as_ref().err().cloned())
-            .collect();
-        if bad.len() > MAX_BAD_LINES_NAMED {
-            named.push(format!(
-                "… and {} more bad lines",
-                bad.len() - MAX_BAD_LINES_NAMED
-            ));
+        });
+    for line in lines {
+        match line {
+            Ok(l) => labelled.push(l),
+            Err(why) => bad.push(why),
         }
-        return Err(Error::Config(named.join("\n")));
     }
-    let labelled: Vec<Labelled> = labelled.into_iter().filter_map(std::result::Result::ok).collect();
+    if !bad.is_empty() {
+        let more = bad.len().saturating_sub(MAX_BAD_LINES_NAMED);
+        bad.truncate(MAX_BAD_LINES_NAMED);
+        if more > 0 {
+            bad.push(format!("… and {more} more bad lines"));
+        }
+        return Err(Error::Config(bad.join("\n")));
+    }
     if labelled.is_empty() {
         return Err(Error::Config(format!(
             "{}: no labelled message in it (one JSON object per line)",
@@ -280,13 +279,19 @@ pub fn evaluate(
         let mut oracle = core_tools;
         let mut wanted: HashSet<DomainId> = HashSet::new();
         let mut missing: HashSet<&str> = HashSet::new();
+        // The labels the answer lacks, each once, in label order (for `--misses`).
+        let mut missed: Vec<&str> = Vec::new();
         for name in &l.domains {
             match registry.find(name) {
                 Some(d) => {
                     if !wanted.insert(d) {
                         continue;
                     }
-                    found += usize::from(included.contains(&d));
+                    if included.contains(&d) {
+                        found += 1;
+                    } else {
+                        missed.push(name);
+                    }
                     // Exactly the labelled domains and the core ones: an active core one
                     // is counted already.
                     if !core.contains(&d) {
@@ -294,7 +299,9 @@ pub fn evaluate(
                     }
                 }
                 None => {
-                    missing.insert(name);
+                    if missing.insert(name) {
+                        missed.push(name);
+                    }
                     if unknown_seen.insert(name) {
                         unknown.push(name.clone());
                     }
@@ -303,19 +310,12 @@ pub fn evaluate(
         }
         let labels = wanted.len() + missing.len();
         let sent = decision.domains.iter().map(|i| tools(i.domain)).sum();
-        if found < labels {
-            let mut named: HashSet<&str> = HashSet::new();
+        if !missed.is_empty() {
             misses.push(Miss {
                 id: l.id.clone(),
                 split: l.split.clone(),
                 query: l.query.clone(),
-                missed: l
-                    .domains
-                    .iter()
-                    .filter(|name| registry.find(name).is_none_or(|d| !included.contains(&d)))
-                    .filter(|name| named.insert(name.as_str()))
-                    .cloned()
-                    .collect(),
+                missed: missed.iter().map(|name| name.to_string()).collect(),
                 answer: decision
                     .domains
                     .iter()
