@@ -191,7 +191,7 @@ pub(super) fn eval(args: &EvalArgs) -> Result<(), Failure> {
 /// symbolic link, a device (`/dev/stdout`) or a mounted file what it is.
 struct MissesFile<'a> {
     path: &'a Path,
-    file: Option<std::fs::File>,
+    file: std::fs::File,
     /// The run created the file: removed unless the misses were written.
     created: bool,
 }
@@ -211,12 +211,12 @@ impl<'a> MissesFile<'a> {
             .map_err(|e| cannot(&e))?;
         let opened = MissesFile {
             path,
-            file: Some(file),
+            file,
             created: !existed,
         };
         // The labelled file is never written over, however the two paths are spelled.
-        if let (Some(file), Ok(labelled)) = (&opened.file, std::fs::File::open(queries))
-            && same_file(file, &labelled)
+        if let Ok(labelled) = std::fs::File::open(queries)
+            && same_file(&opened.file, &labelled)
         {
             return Err(cannot(
                 &"it is the labelled file --queries reads; name another file",
@@ -228,17 +228,14 @@ impl<'a> MissesFile<'a> {
     /// Empties the file and writes the misses into it, one JSON object per line.
     fn write(mut self, misses: &[crate::eval::Miss]) -> Result<(), Failure> {
         use std::io::Write as _;
-        let Some(file) = self.file.take() else {
-            return Ok(());
-        };
         let cannot = |e: &dyn std::fmt::Display| {
             Failure::runtime(format!("cannot write the misses to {}: {e}", self.path.display()))
         };
         // A device or a pipe cannot be emptied, and has nothing to empty.
-        if file.metadata().is_ok_and(|m| m.is_file()) {
-            file.set_len(0).map_err(|e| cannot(&e))?;
+        if self.file.metadata().is_ok_and(|m| m.is_file()) {
+            self.file.set_len(0).map_err(|e| cannot(&e))?;
         }
-        let mut out = std::io::BufWriter::new(file);
+        let mut out = std::io::BufWriter::new(&self.file);
         misses
             .iter()
             .try_for_each(|miss| {
