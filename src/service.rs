@@ -654,10 +654,8 @@ impl ToolRouter for ToolRouterService {
         // stopped reading does not hold its stream open past it.
         let timeout = crate::telemetry::grpc_timeout(request.metadata().as_ref())
             .map(|d| (tokio::time::Instant::now() + d, d));
-        let deadline = tokio_stream::once(()).then(move |()| async move {
-            let Some((ends, d)) = timeout else {
-                return std::future::pending().await;
-            };
+        // One item at the deadline, or none without one.
+        let deadline = tokio_stream::iter(timeout).then(|(ends, d)| async move {
             tokio::time::sleep_until(ends).await;
             Err(Status::deadline_exceeded(format!(
                 "The caller's deadline (grpc-timeout) of {} passed.",
