@@ -991,3 +991,62 @@ pub fn sample(text: &str, series: &str) -> f64 {
         .find_map(|l| l.strip_prefix(series).and_then(|rest| rest.trim().parse().ok()))
         .unwrap_or(0.0)
 }
+
+/// Calls made over raw HTTP/2 with `h2`, byte by byte, as no gRPC client would send them.
+pub mod raw {
+    use std::net::SocketAddr;
+    use std::time::Duration;
+
+    use tokio::task::JoinHandle;
+
+    /// An HTTP/2 connection to `addr`, driven in the background by the task returned (which
+    /// a test may abort to drop the connection).
+    pub async fn connect(
+        addr: SocketAddr,
+    ) -> (
+        h2::client::SendRequest<bytes::Bytes>,
+        JoinHandle<Result<(), h2::Error>>,
+    ) {
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (send, connection) = h2::client::handshake(tcp).await.unwrap();
+        let driven = tokio::spawn(connection);
+        (send.ready().await.unwrap(), driven)
+    }
+
+    /// The head of a gRPC call of `path` (`/package.Service/Method`) at `addr`, as gRPC
+    /// clients send it; more headers may be added before `.body(())`.
+    pub fn request(addr: SocketAddr, path: &str) -> http::request::Builder {
+        http::Request::post(format!("http://{addr}{path}"))
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+    }
+
+    /// Sends `request` on `send` with `body` as the whole request or, unless `end`, its
+    /// beginning.
+    pub fn send(
+        send: &mut h2::client::SendRequest<bytes::Bytes>,
+        request: http::request::Builder,
+        body: &'static [u8],
+        end: bool,
+    ) -> (h2::client::ResponseFuture, h2::SendStream<bytes::Bytes>) {
+        let (answer, mut stream) = send.send_request(request.body(()).unwrap(), false).unwrap();
+        stream.send_data(bytes::Bytes::from_static(body), end).unwrap();
+        (answer, stream)
+    }
+
+    /// The answer's head, within 5 s.
+    pub async fn head(answer: h2::client::ResponseFuture) -> http::Response<h2::RecvStream> {
+        tokio::time::timeout(Duration::from_secs(5), answer)
+            .await
+            .expect("an answer within 5 s")
+            .unwrap()
+    }
+
+    /// A `grpc-message` value as text (it travels percent-encoded).
+    pub fn message(value: &http::HeaderValue) -> String {
+        percent_encoding::percent_decode(value.as_bytes())
+            .decode_utf8()
+            .unwrap()
+            .into_owned()
+    }
+}

@@ -13,8 +13,8 @@ use toolrouter::proto::{InvalidateSettingsRequest, ListGroupsRequest, Reason, Wa
 
 use crate::helpers::{
     Backend, Daemon, WriteLock, call_lines, certificates, conversation_hash, database_on, db_url,
-    demo_registry, free_addr, health, json_lines, load_request, loaded, manifest_dir, reasons, route_request,
-    run, run_with_env, sample, scrape, set_settings, set_settings_at, shown, temp_dir,
+    demo_registry, free_addr, health, json_lines, load_request, loaded, manifest_dir, raw, reasons,
+    route_request, run, run_with_env, sample, scrape, set_settings, set_settings_at, shown, temp_dir,
 };
 
 crate::on_both_backends!(a_load_acknowledged_before_sigkill_is_there_after_a_restart);
@@ -926,44 +926,27 @@ async fn a_call_its_caller_resets_or_abandons_mid_request_is_counted_cancelled()
     let dir = temp_dir();
     let metrics = free_addr();
     let daemon = Daemon::start(dir.path(), &["--metrics-listen", &metrics]);
-    let route = || {
-        http::Request::post(format!("http://{}/toolrouter.v1.ToolRouter/Route", daemon.addr))
-            .header("content-type", "application/grpc")
-            .header("te", "trailers")
-            .body(())
-            .unwrap()
-    };
+    let route = || raw::request(daemon.addr, "/toolrouter.v1.ToolRouter/Route");
     // A message announced at 100 bytes, of which 10 come.
     let part: &'static [u8] = &[
         0, 0, 0, 0, 100, 10, 8, b'p', b'a', b'u', b's', b'e', b' ', b'i', b't',
     ];
-    let connect = || async {
-        let tcp = tokio::net::TcpStream::connect(daemon.addr).await.unwrap();
-        let (send, connection) = h2::client::handshake(tcp).await.unwrap();
-        (send.ready().await.unwrap(), tokio::spawn(connection))
-    };
 
     // Reset by its caller.
-    let (mut send, _connection) = connect().await;
-    let (_answer, mut stream) = send.send_request(route(), false).unwrap();
-    stream.send_data(bytes::Bytes::from_static(part), false).unwrap();
+    let (mut send, _connection) = raw::connect(daemon.addr).await;
+    let (_answer, mut stream) = raw::send(&mut send, route(), part, false);
     tokio::time::sleep(Duration::from_millis(200)).await;
     stream.send_reset(h2::Reason::CANCEL);
     // Its connection gone.
-    let (mut send, connection) = connect().await;
-    let (_answer, mut stream) = send.send_request(route(), false).unwrap();
-    stream.send_data(bytes::Bytes::from_static(part), false).unwrap();
+    let (mut send, connection) = raw::connect(daemon.addr).await;
+    let (_answer, stream) = raw::send(&mut send, route(), part, false);
     tokio::time::sleep(Duration::from_millis(200)).await;
     connection.abort();
     drop((send, stream));
     // Whole, and empty: the caller's error.
-    let (mut send, _connection) = connect().await;
-    let (answer, mut stream) = send.send_request(route(), false).unwrap();
-    stream.send_data(bytes::Bytes::new(), true).unwrap();
-    let answer = tokio::time::timeout(Duration::from_secs(5), answer)
-        .await
-        .unwrap()
-        .unwrap();
+    let (mut send, _connection) = raw::connect(daemon.addr).await;
+    let (answer, _stream) = raw::send(&mut send, route(), &[], true);
+    let answer = raw::head(answer).await;
     assert_eq!(
         answer.headers().get("grpc-status").map(|v| v.as_bytes()),
         Some(&b"3"[..]),

@@ -7,7 +7,7 @@ use tonic::Code;
 use tonic_health::pb::health_check_response::ServingStatus;
 
 use crate::helpers::{
-    TestApp, WriteLock, health, list_services, load_request, plain_connection, route_request, run, shown,
+    TestApp, WriteLock, health, list_services, load_request, plain_connection, raw, route_request, run, shown,
 };
 
 #[tokio::test]
@@ -311,62 +311,24 @@ async fn a_connection_that_stalls_in_its_handshake_is_closed_at_the_handshake_ti
     tls.stop().await;
 }
 
-/// An HTTP/2 connection to `app` made with `h2`, driven in the background.
-async fn h2_connection(app: &TestApp) -> h2::client::SendRequest<bytes::Bytes> {
-    let tcp = tokio::net::TcpStream::connect(app.addr).await.unwrap();
-    let (send, connection) = h2::client::handshake(tcp).await.unwrap();
-    tokio::spawn(connection);
-    send.ready().await.unwrap()
-}
-
-/// Starts a health call (`Check` or `Watch`) on `send` with `body` as the whole request or,
-/// unless `end`, its beginning.
-fn health_call(
-    send: &mut h2::client::SendRequest<bytes::Bytes>,
-    app: &TestApp,
-    method: &str,
-    body: &'static [u8],
-    end: bool,
-) -> (h2::client::ResponseFuture, h2::SendStream<bytes::Bytes>) {
-    let request = http::Request::post(format!("http://{}/grpc.health.v1.Health/{method}", app.addr))
-        .header("content-type", "application/grpc")
-        .header("te", "trailers")
-        .body(())
-        .unwrap();
-    let (answer, mut stream) = send.send_request(request, false).unwrap();
-    stream.send_data(bytes::Bytes::from_static(body), end).unwrap();
-    (answer, stream)
-}
-
 #[tokio::test]
 async fn a_body_that_cannot_be_decompressed_is_the_callers_error_named_so() {
     let app = TestApp::builder().spawn().await;
-    let mut send = h2_connection(&app).await;
+    let (mut send, _connection) = raw::connect(app.addr).await;
     for encoding in ["gzip", "zstd"] {
-        let request = http::Request::post(format!("http://{}/toolrouter.v1.ToolRouter/Route", app.addr))
-            .header("content-type", "application/grpc")
-            .header("te", "trailers")
-            .header("grpc-encoding", encoding)
-            .body(())
-            .unwrap();
-        let (answer, mut stream) = send.send_request(request, false).unwrap();
+        let request =
+            raw::request(app.addr, "/toolrouter.v1.ToolRouter/Route").header("grpc-encoding", encoding);
         // A message flagged compressed whose bytes are no such stream.
         let body: &'static [u8] = &[1, 0, 0, 0, 4, b'n', b'o', b'p', b'e'];
-        stream.send_data(bytes::Bytes::from_static(body), true).unwrap();
-        let answer = tokio::time::timeout(Duration::from_secs(5), answer)
-            .await
-            .unwrap()
-            .unwrap();
+        let (answer, _stream) = raw::send(&mut send, request, body, true);
+        let answer = raw::head(answer).await;
         let headers = answer.headers();
         assert_eq!(
             headers.get("grpc-status").map(|v| v.as_bytes()),
             Some(&b"3"[..]),
             "{encoding}: {headers:?}"
         );
-        let message = percent_encoding::percent_decode(headers.get("grpc-message").unwrap().as_bytes())
-            .decode_utf8()
-            .unwrap()
-            .into_owned();
+        let message = raw::message(headers.get("grpc-message").unwrap());
         assert!(
             message.starts_with("The request cannot be decompressed: "),
             "{encoding}: {message}"
@@ -380,7 +342,7 @@ async fn a_body_that_cannot_be_decompressed_is_the_callers_error_named_so() {
 #[tokio::test]
 async fn a_body_that_is_not_one_grpc_message_is_the_callers_error_named_so() {
     let app = TestApp::builder().spawn().await;
-    let mut send = h2_connection(&app).await;
+    let (mut send, _connection) = raw::connect(app.addr).await;
     // (body, how the message starts, what it says)
     const NOT_ONE: &str = "The request is not a gRPC message: ";
     let cases: [(&'static [u8], &str, &str); 5] = [
@@ -410,17 +372,8 @@ async fn a_body_that_is_not_one_grpc_message_is_the_callers_error_named_so() {
         "/grpc.health.v1.Health/Check",
     ] {
         for (body, prefix, want) in cases {
-            let request = http::Request::post(format!("http://{}{path}", app.addr))
-                .header("content-type", "application/grpc")
-                .header("te", "trailers")
-                .body(())
-                .unwrap();
-            let (answer, mut stream) = send.send_request(request, false).unwrap();
-            stream.send_data(bytes::Bytes::from_static(body), true).unwrap();
-            let answer = tokio::time::timeout(Duration::from_secs(5), answer)
-                .await
-                .unwrap()
-                .unwrap();
+            let (answer, _stream) = raw::send(&mut send, raw::request(app.addr, path), body, true);
+            let answer = raw::head(answer).await;
             // A trailers-only answer carries the status in its headers; otherwise it is in
             // the trailers.
             let (code, message) = if let Some(code) = answer.headers().get("grpc-status") {
@@ -437,10 +390,7 @@ async fn a_body_that_is_not_one_grpc_message_is_the_callers_error_named_so() {
                     trailers.get("grpc-message").cloned(),
                 )
             };
-            let message = percent_encoding::percent_decode(message.unwrap().as_bytes())
-                .decode_utf8()
-                .unwrap()
-                .into_owned();
+            let message = raw::message(&message.unwrap());
             assert_eq!(code, "3", "{path} {body:?}: {message}");
             assert!(
                 message.starts_with(prefix) && message.contains(want),
@@ -455,27 +405,15 @@ async fn a_body_that_is_not_one_grpc_message_is_the_callers_error_named_so() {
         "/toolrouter.v1.ToolRouter/Route",
         "/toolrouter.v1.ToolRouter/WatchRegistry",
     ] {
-        let request = http::Request::post(format!("http://{}{path}", app.addr))
-            .header("content-type", "application/grpc")
-            .header("te", "trailers")
-            .body(())
-            .unwrap();
-        let (answer, mut stream) = send.send_request(request, false).unwrap();
-        stream.send_data(bytes::Bytes::from_static(two), true).unwrap();
-        let answer = tokio::time::timeout(Duration::from_secs(5), answer)
-            .await
-            .unwrap()
-            .unwrap();
+        let (answer, _stream) = raw::send(&mut send, raw::request(app.addr, path), two, true);
+        let answer = raw::head(answer).await;
         let headers = answer.headers();
         assert_eq!(
             headers.get("grpc-status").map(|v| v.as_bytes()),
             Some(&b"3"[..]),
             "{path}: {headers:?}"
         );
-        let message = percent_encoding::percent_decode(headers["grpc-message"].as_bytes())
-            .decode_utf8()
-            .unwrap()
-            .into_owned();
+        let message = raw::message(&headers["grpc-message"]);
         assert_eq!(
             message,
             "The request is not a gRPC message: it holds more than one message, and each call takes one.",
@@ -484,19 +422,9 @@ async fn a_body_that_is_not_one_grpc_message_is_the_callers_error_named_so() {
     }
     // A message flagged compressed in a call that names no encoding is `INTERNAL`, as gRPC's
     // compression rules require.
-    let request = http::Request::post(format!("http://{}/toolrouter.v1.ToolRouter/Route", app.addr))
-        .header("content-type", "application/grpc")
-        .header("te", "trailers")
-        .body(())
-        .unwrap();
-    let (answer, mut stream) = send.send_request(request, false).unwrap();
-    stream
-        .send_data(bytes::Bytes::from_static(&[1, 0, 0, 0, 1, 0]), true)
-        .unwrap();
-    let answer = tokio::time::timeout(Duration::from_secs(5), answer)
-        .await
-        .unwrap()
-        .unwrap();
+    let request = raw::request(app.addr, "/toolrouter.v1.ToolRouter/Route");
+    let (answer, _stream) = raw::send(&mut send, request, &[1, 0, 0, 0, 1, 0], true);
+    let answer = raw::head(answer).await;
     assert_eq!(
         answer.headers().get("grpc-status").map(|v| v.as_bytes()),
         Some(&b"13"[..]),
@@ -515,9 +443,10 @@ async fn a_connection_may_open_a_bounded_number_of_streams() {
             .config(|c| c.max_concurrent_requests = max_concurrent_requests)
             .spawn()
             .await;
-        let mut send = h2_connection(&app).await;
+        let (mut send, _connection) = raw::connect(app.addr).await;
         // The server's SETTINGS arrive with its first answer.
-        let (answer, _) = health_call(&mut send, &app, "Check", &[0, 0, 0, 0, 0], true);
+        let check = raw::request(app.addr, "/grpc.health.v1.Health/Check");
+        let (answer, _) = raw::send(&mut send, check, &[0, 0, 0, 0, 0], true);
         let answer = answer.await.unwrap();
         assert_eq!(answer.status(), 200);
         assert_eq!(
@@ -535,10 +464,11 @@ async fn a_health_call_whose_request_never_ends_is_answered_at_the_request_timeo
         .config(|c| c.request_timeout = Duration::from_millis(300))
         .spawn()
         .await;
-    let mut send = h2_connection(&app).await;
+    let (mut send, _connection) = raw::connect(app.addr).await;
     for method in ["Check", "Watch"] {
         // Headers, then half a message, and nothing more.
-        let (answer, body) = health_call(&mut send, &app, method, &[0, 0, 0, 0, 9, 1], false);
+        let call = raw::request(app.addr, &format!("/grpc.health.v1.Health/{method}"));
+        let (answer, body) = raw::send(&mut send, call, &[0, 0, 0, 0, 9, 1], false);
         let answer = tokio::time::timeout(Duration::from_secs(5), answer)
             .await
             .unwrap_or_else(|_| panic!("{method}: no answer 5 s after a request timeout of 300 ms"))
@@ -565,7 +495,7 @@ async fn a_health_call_whose_request_never_ends_is_answered_at_the_request_timeo
 #[tokio::test]
 async fn a_request_that_is_not_grpc_is_answered_unsupported_media_type() {
     let app = TestApp::builder().spawn().await;
-    let mut send = h2_connection(&app).await;
+    let (mut send, _connection) = raw::connect(app.addr).await;
     // An empty RouteRequest and an empty health check request: one message of 0 bytes.
     let body: &'static [u8] = &[0, 0, 0, 0, 0];
     let cases = [
@@ -585,20 +515,13 @@ async fn a_request_that_is_not_grpc_is_answered_unsupported_media_type() {
             if let Some(t) = content_type {
                 request = request.header("content-type", t);
             }
-            let (answer, mut stream) = send.send_request(request.body(()).unwrap(), false).unwrap();
-            stream.send_data(bytes::Bytes::from_static(body), true).unwrap();
-            let answer = tokio::time::timeout(Duration::from_secs(5), answer)
-                .await
-                .unwrap()
-                .unwrap();
+            let (answer, _stream) = raw::send(&mut send, request, body, true);
+            let answer = raw::head(answer).await;
             assert_eq!(answer.status().as_u16(), want, "{path} {content_type:?}");
             if want == 415 {
                 let headers = answer.headers();
                 assert_eq!(headers["grpc-status"], "3", "{path} {content_type:?}");
-                let message = percent_encoding::percent_decode(headers["grpc-message"].as_bytes())
-                    .decode_utf8()
-                    .unwrap()
-                    .into_owned();
+                let message = raw::message(&headers["grpc-message"]);
                 assert!(
                     message.ends_with("a gRPC call is sent as application/grpc."),
                     "{message}"
