@@ -12,7 +12,7 @@ use crate::registry::{DomainId, Registry};
 
 /// One tool's analysed document: each (term, field) occurrence, sorted, and its length in
 /// terms per field.
-type Document = (Vec<(TermId, usize)>, [f32; FIELDS]);
+type Document = (Vec<(TermId, u8)>, [f32; FIELDS]);
 
 /// The field that holds a tool's word pairs: each two informative words that follow each
 /// other (stop words skipped) in one of the text fields.
@@ -138,7 +138,7 @@ impl SearchIndex {
                             Some(id)
                         });
                         if let Some(term) = term {
-                            occurrences.push((term, f));
+                            occurrences.push((term, f as u8));
                             lengths[f] += 1.0;
                             if let Some(first) = previous.replace(term) {
                                 pairs.push((first, term));
@@ -147,6 +147,7 @@ impl SearchIndex {
                     }
                 }
                 lengths[PAIRS] = pairs.len() as f32;
+                occurrences.reserve_exact(pairs.len());
                 docs.push((occurrences, lengths));
                 tool_pairs.push(pairs);
             }
@@ -154,10 +155,10 @@ impl SearchIndex {
         // Pair terms follow the word terms, numbered in order of first appearance.
         let words = terms.len() as TermId;
         let mut pair_terms: HashMap<(TermId, TermId), TermId, _> = HashMap::default();
-        for ((occurrences, _), pairs) in docs.iter_mut().zip(&tool_pairs) {
-            for &pair in pairs {
+        for ((occurrences, _), pairs) in docs.iter_mut().zip(tool_pairs) {
+            for pair in pairs {
                 let next = words + pair_terms.len() as TermId;
-                occurrences.push((*pair_terms.entry(pair).or_insert(next), PAIRS));
+                occurrences.push((*pair_terms.entry(pair).or_insert(next), PAIRS as u8));
             }
             occurrences.sort_unstable();
         }
@@ -171,8 +172,23 @@ impl SearchIndex {
                 avg[f] += lengths[f] / n;
             }
         }
-        // Per term: (tool, pseudo term frequency), in tool order.
-        let mut postings: Vec<Vec<(u32, f32)>> = vec![Vec::new(); term_count];
+        // Posting lists, laid out at once: per term, how many tools hold it, then where its
+        // list starts.
+        let mut post_start = vec![0u32; term_count + 1];
+        for (occurrences, _) in &docs {
+            for (i, &(term, _)) in occurrences.iter().enumerate() {
+                if i == 0 || occurrences[i - 1].0 != term {
+                    post_start[term as usize + 1] += 1;
+                }
+            }
+        }
+        for t in 0..term_count {
+            post_start[t + 1] += post_start[t];
+        }
+        // Per term: (tool, pseudo term frequency), in tool order; then, in place, the
+        // term's BM25F weight in that tool.
+        let mut post = vec![(0u32, 0f32); post_start[term_count] as usize];
+        let mut next_slot = post_start.clone();
         for (tool, (occurrences, lengths)) in docs.iter().enumerate() {
             let norm: [f32; FIELDS] = std::array::from_fn(|f| {
                 let rel = if avg[f] > 0.0 { lengths[f] / avg[f] } else { 0.0 };
@@ -183,37 +199,41 @@ impl SearchIndex {
                 let term = occurrences[i].0;
                 let mut tf = 0.0;
                 while i < occurrences.len() && occurrences[i].0 == term {
-                    let f = occurrences[i].1;
+                    let f = usize::from(occurrences[i].1);
                     tf += fields[f].weight / norm[f];
                     i += 1;
                 }
-                postings[term as usize].push((tool as u32, tf));
+                let slot = &mut next_slot[term as usize];
+                post[*slot as usize] = (tool as u32, tf);
+                *slot += 1;
             }
         }
-        let mut post_start = Vec::with_capacity(term_count + 1);
-        let mut post = Vec::new();
+        drop((docs, next_slot));
         let domains = registry.domains().len().max(1) as f32;
         let idf = |n: f32, df: f32| (1.0 + (n - df + 0.5) / (df + 0.5)).ln();
-        for list in &postings {
-            post_start.push(post.len() as u32);
+        // Per term, the (term, domain) pieces its list is cut into below.
+        let mut pieces = 0;
+        for term in 0..term_count {
+            let list = &mut post[post_start[term] as usize..post_start[term + 1] as usize];
             // Over tools and over domains: a term that many tools of one domain share
             // ("patient") tells the domain apart as well as a rare one.
             let in_domains = 1 + list
                 .windows(2)
                 .filter(|w| tool_domain[w[0].0 as usize] != tool_domain[w[1].0 as usize])
                 .count();
+            pieces += in_domains;
             let idf = idf(n, list.len() as f32).powf(1.0 - params.domain_idf)
                 * idf(domains, in_domains as f32).powf(params.domain_idf);
-            for &(tool, tf) in list {
-                post.push((tool, idf * tf * (k1 + 1.0) / (tf + k1)));
+            for (_, w) in list {
+                let tf = *w;
+                *w = idf * tf * (k1 + 1.0) / (tf + k1);
             }
         }
-        post_start.push(post.len() as u32);
         // Each term's postings, in tool order, cut where the domain changes: the pieces follow
         // each other in `post`, so each ends where the next begins.
         let mut dom_post_start = Vec::with_capacity(term_count + 1);
-        let mut dom_post: Vec<DomainBound> = Vec::new();
-        let mut dom_tools = Vec::new();
+        let mut dom_post: Vec<DomainBound> = Vec::with_capacity(pieces);
+        let mut dom_tools = Vec::with_capacity(pieces + 1);
         for term in 0..term_count {
             let first = dom_post.len();
             dom_post_start.push(first as u32);
