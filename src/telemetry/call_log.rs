@@ -182,7 +182,7 @@ impl Ended {
     }
 
     fn latency_ms(&self) -> f64 {
-        self.started.elapsed().as_secs_f64() * 1000.0
+        millis(self.started.elapsed())
     }
 
     /// A call answered OK: its info line, written after the answer when `after_the_answer`
@@ -350,6 +350,13 @@ impl<R> Drop for LoggedBody<R> {
             );
         }
     }
+}
+
+/// `d` in milliseconds, to the nanosecond as a decimal reads it: 11,407 ns is `0.011407`,
+/// where `as_secs_f64() * 1000.0` gives `0.011406999999999999` (dividing the exact count of
+/// nanoseconds once rounds to the nearest double of the decimal).
+fn millis(d: Duration) -> f64 {
+    d.as_nanos() as f64 / 1e6
 }
 
 /// The deadline a caller set on its call (`grpc-timeout`: at most 8 digits and a unit).
@@ -587,6 +594,23 @@ const GRPC_MESSAGE: &percent_encoding::AsciiSet = &percent_encoding::CONTROLS.ad
 mod tests {
     use super::*;
     use crate::settings::tests::Captured;
+
+    /// A call's latency is logged as the decimal of its nanoseconds in milliseconds, with no
+    /// digits of binary rounding after it.
+    #[test]
+    fn latency_reads_as_its_decimal_milliseconds() {
+        for (nanos, logged) in [
+            (11_407, "0.011407"),
+            (2_121_172, "2.121172"),
+            (300_000_000, "300.0"),
+            (1, "1e-6"),
+            (0, "0.0"),
+            (86_400_000_000_001, "86400000.000001"),
+        ] {
+            let ms = millis(Duration::from_nanos(nanos));
+            assert_eq!(serde_json::to_string(&ms).unwrap(), logged, "{nanos} ns");
+        }
+    }
 
     /// A request body that fails with `status` at once.
     struct Failing(Option<tonic::Status>);
