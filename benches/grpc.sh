@@ -6,7 +6,8 @@
 # hits both alike; medians are
 # reported, with each server's CPU time per request (user + system, from /proc: time the
 # hypervisor takes away from a shared VM does not count in it, so it holds up when the rates
-# swing). Then the daemon's start-up time (process start to health SERVING) and peak RSS.
+# swing). Then the daemon's start-up time (process start to health SERVING), its peak RSS
+# (and the part of it reached while starting, before any load) and its RSS after the load.
 #
 # Usage: [FORMAT=F] [DAEMON_FLAGS='...'] [DAEMON_BIN=path] benches/grpc.sh [workload] [duration] [rounds]
 #   workload: demo (default), seal or scale-N; duration per run (default 10s); rounds (3)
@@ -65,6 +66,8 @@ taskset -c 0 "$daemon_bin" serve --listen "127.0.0.1:$daemon_port" --database "s
   "${flags[@]}" "${extra[@]}" 2>"$tmp/daemon.log" &
 daemon_pid=$!
 ready_ms=$(wait_ready $daemon_port "$start" $daemon_pid "$tmp/daemon.log")
+status_kb() { awk -v k="$1:" '$1 == k {print $2}' "/proc/$daemon_pid/status"; }
+start_peak_kb=$(status_kb VmHWM)
 taskset -c 0 "$tools" baseline-server --listen "127.0.0.1:$baseline_port" --database "sqlite://$tmp/toolrouter.db" \
   "${flags[@]}" "${baseline_extra[@]}" --messages "$tmp/messages.jsonl" 2>"$tmp/baseline.log" &
 baseline_pid=$!
@@ -96,7 +99,7 @@ for round in $(seq "$rounds"); do
     done
   done
 done
-echo "daemon: ready in ${ready_ms} ms; peak RSS $(awk '/VmHWM/ {print $2, $3}' /proc/$daemon_pid/status)"
+echo "daemon: ready in ${ready_ms} ms; peak RSS $(status_kb VmHWM) kB (while starting: $start_peak_kb kB), RSS after the load $(status_kb VmRSS) kB"
 kill -TERM "${pids[@]}"
 wait "${pids[@]}" || true
 python3 - "$tmp/results" "$(getconf CLK_TCK)" <<'PY'

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Start-up time (process start to health SERVING, polled every 2 ms) and resident memory of
-# daemon binaries on one registry, alternating between them so drift hits all alike; the
+# Start-up time (process start to health SERVING, polled every 2 ms) and resident memory
+# (now, and the peak the registry build reached) of daemon binaries on one registry, alternating between them so drift hits all alike; the
 # first binary given also reports its RSS once every provider format has been rendered.
 #
 # Usage: benches/startup.sh MANIFEST_DIR RUNS BIN [BIN...]
@@ -25,7 +25,7 @@ for i in $(seq "$runs"); do
       sleep 0.002
     done
     ms=$(( ($(date +%s%N) - start) / 1000000 ))
-    line="$bin: ready in $ms ms, RSS $(awk '/VmRSS/ {print $2}' "/proc/$pid/status") kB"
+    line="$bin: ready in $ms ms, RSS $(awk '/VmRSS/ {print $2}' "/proc/$pid/status") kB (peak while starting $(awk '/VmHWM/ {print $2}' "/proc/$pid/status") kB)"
     if [ "$i" = 1 ] && [ "$bin" = "$1" ] && "$bin" route --help | grep -q -- --format; then
       for f in openai_chat openai_responses anthropic gemini mcp; do
         "$bin" route --addr "127.0.0.1:$port" --format "$f" thanks >/dev/null
