@@ -9,7 +9,7 @@ use crate::error::{Error, Result};
 use crate::error::{ManifestErrors, echo};
 use crate::registry::{Domain, Registry, manifest};
 
-use super::view::{Parts, View};
+use super::view::{Parts, Retired, View, release_free_memory};
 use super::{Reloaded, State, Upserted, blocking, to_the_end};
 
 /// Logged when a replaced SQLite file's run-time domains are served.
@@ -380,8 +380,10 @@ impl State {
     }
 
     /// Swaps a new registry in, keeping the settings snapshot of the view it replaces, and
-    /// tells `WatchRegistry` streams.
+    /// tells `WatchRegistry` streams. The memory of the parts it replaced goes back to the
+    /// system once no call reads them any more.
     fn install(&self, parts: &Parts) {
+        let retired = Retired::of(&self.inner.view.load());
         self.inner.view.rcu(|current| {
             View::new(
                 parts.clone(),
@@ -391,6 +393,7 @@ impl State {
             )
         });
         self.publish();
+        tokio::spawn(retired.release_when_dropped(release_free_memory));
     }
 
     /// Serves the run-time domains as stored now, after a notice that they changed (the

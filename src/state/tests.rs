@@ -171,6 +171,32 @@ async fn a_snapshot_older_than_the_newest_read_is_never_served_to_others() {
     assert!(sonarr_active(&*state.view().await));
 }
 
+/// A reload hands the memory of the registry it replaced back to the system once the last
+/// call reading that registry ends, not while one still does.
+#[tokio::test]
+async fn a_replaced_registry_is_released_once_the_last_call_reading_it_ends() {
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+    static RELEASED: AtomicUsize = AtomicUsize::new(0);
+    fn release() {
+        RELEASED.fetch_add(1, SeqCst);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let state = demo_state(dir.path()).await;
+    // A call that took the view before the reload, and is still answering from it.
+    let call = state.inner.view.load_full();
+    let waiting = tokio::spawn(view::Retired::of(&call).release_when_dropped(release));
+    state.reload().await.unwrap();
+    assert!(!Arc::ptr_eq(&state.inner.view.load().registry, &call.registry));
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    assert_eq!(RELEASED.load(SeqCst), 0, "the call still reads the old registry");
+    drop(call);
+    tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("released soon after the call ended")
+        .unwrap();
+    assert_eq!(RELEASED.load(SeqCst), 1);
+}
+
 /// Settings re-read while a registry is swapped in reach every caller and watcher over
 /// the new registry, whichever swap comes first.
 #[tokio::test]

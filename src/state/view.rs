@@ -2,7 +2,7 @@
 //! settings snapshot and what it activates, per consumer; and the answers a view remembers.
 
 use std::any::Any;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, OnceLock, Weak};
 
 use arc_swap::ArcSwapOption;
 use bytes::Bytes;
@@ -306,11 +306,48 @@ impl Parts {
     }
 }
 
+/// The parts of a view that a new registry build replaces, held weakly. They live on while
+/// calls that started before the swap still read them; once the last one ends, what they
+/// freed (tens of MiB on a large registry) is handed back to the system as well, as after a
+/// build: the trim after the build ran while they were still served.
+pub(super) struct Retired(Vec<Weak<dyn Any + Send + Sync>>);
+
+impl Retired {
+    /// The parts `view` serves from now.
+    pub(super) fn of(view: &View) -> Retired {
+        fn weak<T: Any + Send + Sync>(part: &Arc<T>) -> Weak<dyn Any + Send + Sync> {
+            let part: Arc<dyn Any + Send + Sync> = part.clone();
+            Arc::downgrade(&part)
+        }
+        Retired(vec![
+            weak(&view.registry),
+            weak(&view.matcher),
+            weak(&view.index),
+            weak(&view.renders),
+        ])
+    }
+
+    /// Waits until nothing holds the parts any more (looking every 100 ms, for at most a
+    /// minute: a call or stream holding them longer keeps them past it, and a later build
+    /// hands them back), then runs `release` on a blocking thread.
+    pub(super) async fn release_when_dropped(self, release: fn()) {
+        const LOOK_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+        for _ in 0..600 {
+            if self.0.iter().all(|part| part.strong_count() == 0) {
+                // A panic in the allocator's trim would be a bug of its own; nothing to undo.
+                let _ = tokio::task::spawn_blocking(release).await;
+                return;
+            }
+            tokio::time::sleep(LOOK_EVERY).await;
+        }
+    }
+}
+
 /// Hands the memory freed by a registry build (manifest documents, schema checks, the index
 /// and render builders' scratch: tens of MiB on a large registry) back to the system. glibc
 /// keeps freed memory between live allocations for reuse, and a build happens at start and
 /// on reloads only, so the process would otherwise hold its peak for good.
-fn release_free_memory() {
+pub(super) fn release_free_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim has no preconditions; it only returns free pages to the system.
     unsafe {
