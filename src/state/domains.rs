@@ -393,7 +393,15 @@ impl State {
             )
         });
         self.publish();
-        tokio::spawn(retired.release_when_dropped(release_free_memory));
+        tokio::spawn(retired.release_when_dropped(self.replaced_later(), release_free_memory));
+    }
+
+    /// Asks, when called, whether another registry build has replaced the one served now
+    /// (or the state is gone). Installs take turns, under the sources' lock; a settings swap
+    /// keeps the build.
+    pub(super) fn replaced_later(&self) -> impl Fn() -> bool + Send + 'static {
+        let (state, installed) = (Arc::downgrade(&self.inner), self.inner.view.load().build());
+        move || state.upgrade().is_none_or(|s| s.view.load().build() != installed)
     }
 
     /// Serves the run-time domains as stored now, after a notice that they changed (the

@@ -172,29 +172,49 @@ async fn a_snapshot_older_than_the_newest_read_is_never_served_to_others() {
 }
 
 /// A reload hands the memory of the registry it replaced back to the system once the last
-/// call reading that registry ends, not while one still does.
+/// call reading that registry ends, not while one still does; unless another build replaced
+/// the reload's by then, which hands it back itself.
 #[tokio::test]
 async fn a_replaced_registry_is_released_once_the_last_call_reading_it_ends() {
     use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
-    static RELEASED: AtomicUsize = AtomicUsize::new(0);
-    fn release() {
-        RELEASED.fetch_add(1, SeqCst);
+    static RELEASED: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
+    fn release_0() {
+        RELEASED[0].fetch_add(1, SeqCst);
     }
-    let dir = tempfile::tempdir().unwrap();
-    let state = demo_state(dir.path()).await;
-    // A call that took the view before the reload, and is still answering from it.
-    let call = state.inner.view.load_full();
-    let waiting = tokio::spawn(view::Retired::of(&call).release_when_dropped(release));
-    state.reload().await.unwrap();
-    assert!(!Arc::ptr_eq(&state.inner.view.load().registry, &call.registry));
-    tokio::time::sleep(Duration::from_millis(350)).await;
-    assert_eq!(RELEASED.load(SeqCst), 0, "the call still reads the old registry");
-    drop(call);
-    tokio::time::timeout(Duration::from_secs(5), waiting)
-        .await
-        .expect("released soon after the call ended")
-        .unwrap();
-    assert_eq!(RELEASED.load(SeqCst), 1);
+    fn release_1() {
+        RELEASED[1].fetch_add(1, SeqCst);
+    }
+    // (release, counted in `RELEASED[case]`; another build after the reload's; releases wanted)
+    let cases = [(release_0 as fn(), false, 1), (release_1, true, 0)];
+    for (counter, (release, superseded, want)) in cases.into_iter().enumerate() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = demo_state(dir.path()).await;
+        // A call that took the view before the reload, and is still answering from it.
+        let call = state.inner.view.load_full();
+        state.reload().await.unwrap();
+        let retired = view::Retired::of(&call).release_when_dropped(state.replaced_later(), release);
+        let waiting = tokio::spawn(retired);
+        assert!(!Arc::ptr_eq(&state.inner.view.load().registry, &call.registry));
+        tokio::time::sleep(Duration::from_millis(350)).await;
+        assert_eq!(
+            RELEASED[counter].load(SeqCst),
+            0,
+            "the call still reads the old registry"
+        );
+        if superseded {
+            state.reload().await.unwrap();
+        }
+        drop(call);
+        tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .expect("done soon after the call ended")
+            .unwrap();
+        assert_eq!(
+            RELEASED[counter].load(SeqCst),
+            want,
+            "another build after it: {superseded}"
+        );
+    }
 }
 
 /// Settings re-read while a registry is swapped in reach every caller and watcher over

@@ -329,10 +329,15 @@ impl Retired {
 
     /// Waits until nothing holds the parts any more (looking every 100 ms, for at most a
     /// minute: a call or stream holding them longer keeps them past it, and a later build
-    /// hands them back), then runs `release` on a blocking thread.
-    pub(super) async fn release_when_dropped(self, release: fn()) {
+    /// hands them back), then runs `release` on a blocking thread, unless `superseded` by
+    /// then: another build replaced the one that retired them, and hands back what was freed
+    /// before it ended, so registries rebuilt back to back do not trim twice each.
+    pub(super) async fn release_when_dropped(self, superseded: impl Fn() -> bool, release: fn()) {
         const LOOK_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
         for _ in 0..600 {
+            if superseded() {
+                return;
+            }
             if self.0.iter().all(|part| part.strong_count() == 0) {
                 // A panic in the allocator's trim would be a bug of its own; nothing to undo.
                 let _ = tokio::task::spawn_blocking(release).await;
