@@ -9,7 +9,7 @@ use crate::error::{Error, Result};
 use crate::error::{ManifestErrors, echo};
 use crate::registry::{Domain, Registry, manifest};
 
-use super::view::{Parts, Retired, View, release_free_memory};
+use super::view::{Parts, Retired, View};
 use super::{Reloaded, State, Upserted, blocking, to_the_end};
 
 /// Logged when a replaced SQLite file's run-time domains are served.
@@ -393,15 +393,12 @@ impl State {
             )
         });
         self.publish();
-        tokio::spawn(retired.release_when_dropped(self.replaced_later(), release_free_memory));
-    }
-
-    /// Asks, when called, whether another registry build has replaced the one served now
-    /// (or the state is gone). Installs take turns, under the sources' lock; a settings swap
-    /// keeps the build.
-    pub(super) fn replaced_later(&self) -> impl Fn() -> bool + Send + 'static {
-        let (state, installed) = (Arc::downgrade(&self.inner), self.inner.view.load().build());
-        move || state.upgrade().is_none_or(|s| s.view.load().build() != installed)
+        let trims = self.inner.trims.clone();
+        tokio::spawn(async move {
+            if retired.dropped().await {
+                trims.soon().await;
+            }
+        });
     }
 
     /// Serves the run-time domains as stored now, after a notice that they changed (the

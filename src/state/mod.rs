@@ -173,6 +173,8 @@ struct Inner {
     events: tokio::sync::watch::Sender<Arc<View>>,
     /// Turns true when the daemon starts draining: streams end.
     stopping: tokio::sync::watch::Sender<bool>,
+    /// The trims that hand back a replaced registry's memory once no call reads it.
+    trims: Arc<view::Trims>,
     /// The settings TTL: how often the settings are re-read while someone watches.
     settings_ttl: Duration,
 }
@@ -265,6 +267,7 @@ impl State {
                 view: ArcSwap::new(view.clone()),
                 events: tokio::sync::watch::Sender::new(view),
                 stopping: tokio::sync::watch::Sender::new(false),
+                trims: Arc::new(view::Trims::new()),
                 settings_ttl: config.settings_ttl,
                 manifests: config.manifests.clone(),
                 keyword_match: config.keyword_match,

@@ -172,49 +172,88 @@ async fn a_snapshot_older_than_the_newest_read_is_never_served_to_others() {
 }
 
 /// A reload hands the memory of the registry it replaced back to the system once the last
-/// call reading that registry ends, not while one still does; unless another build replaced
-/// the reload's by then, which hands it back itself.
+/// call reading that registry ends, not while one still does; also when a later reload
+/// replaced the next registry first (that one's trim ran while the call still read the
+/// first).
 #[tokio::test]
 async fn a_replaced_registry_is_released_once_the_last_call_reading_it_ends() {
     use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
-    static RELEASED: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
-    fn release_0() {
-        RELEASED[0].fetch_add(1, SeqCst);
+    static TRIMS: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
+    fn trim_0() {
+        TRIMS[0].fetch_add(1, SeqCst);
     }
-    fn release_1() {
-        RELEASED[1].fetch_add(1, SeqCst);
+    fn trim_1() {
+        TRIMS[1].fetch_add(1, SeqCst);
     }
-    // (release, counted in `RELEASED[case]`; another build after the reload's; releases wanted)
-    let cases = [(release_0 as fn(), false, 1), (release_1, true, 0)];
-    for (counter, (release, superseded, want)) in cases.into_iter().enumerate() {
+    async fn trims_reach(case: usize, want: usize) {
+        for _ in 0..250 {
+            if TRIMS[case].load(SeqCst) >= want {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(TRIMS[case].load(SeqCst), want, "case {case}");
+    }
+    // (counted by, reloads while the call holds the first registry)
+    let cases = [(trim_0 as fn(), 1), (trim_1, 2)];
+    for (case, (trim, reloads)) in cases.into_iter().enumerate() {
         let dir = tempfile::tempdir().unwrap();
         let state = demo_state(dir.path()).await;
-        // A call that took the view before the reload, and is still answering from it.
+        state.inner.trims.count_with(trim);
+        // A call that took the view before the reloads, and is still answering from it.
         let call = state.inner.view.load_full();
-        state.reload().await.unwrap();
-        let retired = view::Retired::of(&call).release_when_dropped(state.replaced_later(), release);
-        let waiting = tokio::spawn(retired);
-        assert!(!Arc::ptr_eq(&state.inner.view.load().registry, &call.registry));
-        tokio::time::sleep(Duration::from_millis(350)).await;
-        assert_eq!(
-            RELEASED[counter].load(SeqCst),
-            0,
-            "the call still reads the old registry"
-        );
-        if superseded {
+        for _ in 0..reloads {
             state.reload().await.unwrap();
         }
-        drop(call);
-        tokio::time::timeout(Duration::from_secs(5), waiting)
-            .await
-            .expect("done soon after the call ended")
-            .unwrap();
+        assert!(!Arc::ptr_eq(&state.inner.view.load().registry, &call.registry));
+        // The registries between the first and the last are read by no call.
+        trims_reach(case, reloads - 1).await;
+        tokio::time::sleep(Duration::from_millis(350)).await;
         assert_eq!(
-            RELEASED[counter].load(SeqCst),
-            want,
-            "another build after it: {superseded}"
+            TRIMS[case].load(SeqCst),
+            reloads - 1,
+            "the call still reads the first registry"
         );
+        drop(call);
+        trims_reach(case, reloads).await;
     }
+}
+
+/// Trims asked for back to back run at most once a second: the first at once, the others
+/// together once the second is up, each after it was asked for.
+#[tokio::test(start_paused = true)]
+async fn trims_asked_for_back_to_back_run_at_most_once_a_second() {
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+    static TRIMS: AtomicUsize = AtomicUsize::new(0);
+    fn trim() {
+        TRIMS.fetch_add(1, SeqCst);
+    }
+    let trims = Arc::new(view::Trims::new());
+    trims.count_with(trim);
+    let ask = |trims: &Arc<view::Trims>| {
+        let trims = trims.clone();
+        tokio::spawn(async move { trims.soon().await })
+    };
+    ask(&trims).await.unwrap();
+    assert_eq!(TRIMS.load(SeqCst), 1, "the first at once");
+    let started = tokio::time::Instant::now();
+    let asked: Vec<_> = (0..5).map(|_| ask(&trims)).collect();
+    for a in asked {
+        a.await.unwrap();
+    }
+    assert_eq!(TRIMS.load(SeqCst), 2, "five asks made while one waits: one trim");
+    assert!(
+        started.elapsed() >= Duration::from_millis(990),
+        "a second after the first"
+    );
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let started = tokio::time::Instant::now();
+    ask(&trims).await.unwrap();
+    assert_eq!(TRIMS.load(SeqCst), 3);
+    assert!(
+        started.elapsed() < Duration::from_millis(10),
+        "none for a second: at once"
+    );
 }
 
 /// Settings re-read while a registry is swapped in reach every caller and watcher over

@@ -3,6 +3,7 @@
 
 use std::any::Any;
 use std::sync::{Arc, OnceLock, Weak};
+use std::time::Duration;
 
 use arc_swap::ArcSwapOption;
 use bytes::Bytes;
@@ -308,8 +309,8 @@ impl Parts {
 
 /// The parts of a view that a new registry build replaces, held weakly. They live on while
 /// calls that started before the swap still read them; once the last one ends, what they
-/// freed (tens of MiB on a large registry) is handed back to the system as well, as after a
-/// build: the trim after the build ran while they were still served.
+/// freed (tens of MiB on a large registry) is to be handed back to the system as well, as
+/// after a build: the trim after the build ran while they were still served.
 pub(super) struct Retired(Vec<Weak<dyn Any + Send + Sync>>);
 
 impl Retired {
@@ -327,24 +328,78 @@ impl Retired {
         ])
     }
 
-    /// Waits until nothing holds the parts any more (looking every 100 ms, for at most a
-    /// minute: a call or stream holding them longer keeps them past it, and a later build
-    /// hands them back), then runs `release` on a blocking thread, unless `superseded` by
-    /// then: another build replaced the one that retired them, and hands back what was freed
-    /// before it ended, so registries rebuilt back to back do not trim twice each.
-    pub(super) async fn release_when_dropped(self, superseded: impl Fn() -> bool, release: fn()) {
-        const LOOK_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+    /// Waits until nothing holds the parts any more, looking every 100 ms: true then, false
+    /// after a minute with some still held (a call or stream holding them longer keeps them
+    /// past it, and a later trim hands them back).
+    pub(super) async fn dropped(self) -> bool {
+        const LOOK_EVERY: Duration = Duration::from_millis(100);
         for _ in 0..600 {
-            if superseded() {
-                return;
-            }
             if self.0.iter().all(|part| part.strong_count() == 0) {
-                // A panic in the allocator's trim would be a bug of its own; nothing to undo.
-                let _ = tokio::task::spawn_blocking(release).await;
-                return;
+                return true;
             }
             tokio::time::sleep(LOOK_EVERY).await;
         }
+        false
+    }
+}
+
+/// The trims asked for once retired parts are dropped, at most one a second: registries
+/// rebuilt back to back (each build trims at its end too) would otherwise trim twice each.
+#[derive(Debug)]
+pub(super) struct Trims(std::sync::Mutex<TrimSchedule>);
+
+#[derive(Debug)]
+struct TrimSchedule {
+    /// When the last one started.
+    last: Option<tokio::time::Instant>,
+    /// Whether one is waiting to start (its task is dropped only with the runtime).
+    waiting: bool,
+    /// What a trim runs ([`release_free_memory`]; tests count instead).
+    release: fn(),
+}
+
+impl Trims {
+    pub(super) fn new() -> Trims {
+        Trims(std::sync::Mutex::new(TrimSchedule {
+            last: None,
+            waiting: false,
+            release: release_free_memory,
+        }))
+    }
+
+    fn schedule(&self) -> std::sync::MutexGuard<'_, TrimSchedule> {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Hands back what was freed before this call: a trim now when none started in the
+    /// last second, else one when that second is up. While one is waiting to start, a call
+    /// rides on it: it starts after the call, so it hands back what the call asks for.
+    pub(super) async fn soon(&self) {
+        const AT_MOST_EVERY: Duration = Duration::from_secs(1);
+        let wait = {
+            let mut s = self.schedule();
+            if std::mem::replace(&mut s.waiting, true) {
+                return;
+            }
+            s.last.map_or(Duration::ZERO, |last| {
+                (last + AT_MOST_EVERY).saturating_duration_since(tokio::time::Instant::now())
+            })
+        };
+        tokio::time::sleep(wait).await;
+        let release = {
+            let mut s = self.schedule();
+            s.waiting = false;
+            s.last = Some(tokio::time::Instant::now());
+            s.release
+        };
+        // A panic in the allocator's trim would be a bug of its own; nothing to undo.
+        let _ = tokio::task::spawn_blocking(release).await;
+    }
+
+    /// Runs `release` instead of trimming.
+    #[cfg(test)]
+    pub(super) fn count_with(&self, release: fn()) {
+        self.schedule().release = release;
     }
 }
 
@@ -352,7 +407,7 @@ impl Retired {
 /// and render builders' scratch: tens of MiB on a large registry) back to the system. glibc
 /// keeps freed memory between live allocations for reuse, and a build happens at start and
 /// on reloads only, so the process would otherwise hold its peak for good.
-pub(super) fn release_free_memory() {
+fn release_free_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim has no preconditions; it only returns free pages to the system.
     unsafe {
