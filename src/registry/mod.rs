@@ -382,29 +382,33 @@ impl Registry {
                     ),
                 ));
             }
-            // Matched as written (SPEC §4): a space at an end must be in the message too, beside
-            // a non-letter, so such a keyword hardly ever matches.
-            for k in d.keywords.iter().filter(|k| k.trim() != k.as_str()) {
-                out.push(warning(
-                    d.source.clone(),
-                    format!(
-                        "domain `{}`'s keyword \"{}\" begins or ends with white space, which a message must have there too: it hardly ever matches (remove the space)",
-                        d.name,
-                        crate::error::echo(k)
-                    ),
-                ));
-            }
-            // Keys are read as written (SPEC §3): only a settings row whose key has the same
-            // spaces activates the domain, which a settings UI hardly ever writes.
-            for k in d.settings_keys.iter().filter(|k| k.trim() != k.as_str()) {
-                out.push(warning(
-                    d.source.clone(),
-                    format!(
-                        "domain `{}`'s settings key \"{}\" begins or ends with white space: only a settings row whose key has the same spaces there activates it (remove the space)",
-                        d.name,
-                        crate::error::echo(k)
-                    ),
-                ));
+            // Both are read as written. A keyword (SPEC §4) with a space at an end matches only
+            // a message with the space there too, beside a non-letter; a settings key (SPEC §3)
+            // only a settings row whose key has the same spaces, which a settings UI hardly
+            // ever writes.
+            let padded = [
+                (
+                    &d.keywords,
+                    "keyword",
+                    ", which a message must have there too: it hardly ever matches",
+                ),
+                (
+                    &d.settings_keys,
+                    "settings key",
+                    ": only a settings row whose key has the same spaces there activates it",
+                ),
+            ];
+            for (list, what, consequence) in padded {
+                for k in list.iter().filter(|k| k.trim() != k.as_str()) {
+                    out.push(warning(
+                        d.source.clone(),
+                        format!(
+                            "domain `{}`'s {what} \"{}\" begins or ends with white space{consequence} (remove the space)",
+                            d.name,
+                            crate::error::echo(k)
+                        ),
+                    ));
+                }
             }
             let long = |what: &str, text: &str| {
                 let n = text.chars().count();
