@@ -318,7 +318,7 @@ pub(crate) async fn serve_metrics(
             let head = String::from_utf8_lossy(&buf[..len]);
             let asked = Asked::of(&head);
             let (status, body, allow) = match asked {
-                Asked::Metrics { .. } => ("200 OK", metrics.render(&state).await, ""),
+                Asked::Metrics => ("200 OK", metrics.render(&state).await, ""),
                 Asked::NotFound => ("404 Not Found", "try /metrics\n".to_string(), ""),
                 Asked::NotAllowed => (
                     "405 Method Not Allowed",
@@ -342,8 +342,9 @@ pub(crate) async fn serve_metrics(
 /// What a request to the metrics endpoint asks, from its request line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Asked {
-    /// `GET` or `HEAD` of `/metrics` (a query string is ignored).
-    Metrics { head: bool },
+    /// `GET` or `HEAD` of `/metrics` (a query string is ignored; whether it is a `HEAD`,
+    /// [`Asked::is_head`] tells, for any path).
+    Metrics,
     /// Another path.
     NotFound,
     /// Another method on `/metrics`.
@@ -363,8 +364,7 @@ impl Asked {
             return Asked::NotFound;
         }
         match method {
-            "GET" => Asked::Metrics { head: false },
-            "HEAD" => Asked::Metrics { head: true },
+            "GET" | "HEAD" => Asked::Metrics,
             _ => Asked::NotAllowed,
         }
     }
@@ -405,12 +405,9 @@ mod tests {
     #[test]
     fn the_endpoint_serves_get_and_head_of_metrics_only() {
         let cases = [
-            ("GET /metrics HTTP/1.1\r\n", Asked::Metrics { head: false }),
-            (
-                "GET /metrics?name[]=x HTTP/1.1\r\n",
-                Asked::Metrics { head: false },
-            ),
-            ("HEAD /metrics HTTP/1.1\r\n", Asked::Metrics { head: true }),
+            ("GET /metrics HTTP/1.1\r\n", Asked::Metrics),
+            ("GET /metrics?name[]=x HTTP/1.1\r\n", Asked::Metrics),
+            ("HEAD /metrics HTTP/1.1\r\n", Asked::Metrics),
             ("POST /metrics HTTP/1.1\r\n", Asked::NotAllowed),
             ("PUT /metrics?x HTTP/1.1\r\n", Asked::NotAllowed),
             ("get /metrics HTTP/1.1\r\n", Asked::NotAllowed),
@@ -433,7 +430,7 @@ mod tests {
         ] {
             assert_eq!(Asked::is_head(head), is_head, "{head:?}");
             if is_head && head.contains("/metrics") {
-                assert_eq!(Asked::of(head), Asked::Metrics { head: true }, "{head:?}");
+                assert_eq!(Asked::of(head), Asked::Metrics, "{head:?}");
             }
         }
     }
