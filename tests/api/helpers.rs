@@ -975,13 +975,20 @@ pub fn free_addr() -> String {
 
 /// `GET /metrics` from the metrics endpoint, as Prometheus would scrape it.
 pub fn scrape(addr: &str) -> String {
+    let out = http1(addr, "GET /metrics HTTP/1.1");
+    assert!(out.starts_with("HTTP/1.1 200 OK"), "{out}");
+    out
+}
+
+/// The whole answer, head and body, to an HTTP/1.1 request with `request_line` sent to
+/// `addr` (which closes the connection after it).
+pub fn http1(addr: &str, request_line: &str) -> String {
     use std::io::{Read as _, Write as _};
     let mut s = std::net::TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(s, "GET /metrics HTTP/1.1\r\nhost: {addr}\r\n\r\n").unwrap();
+    write!(s, "{request_line}\r\nhost: {addr}\r\n\r\n").unwrap();
     let mut out = String::new();
     s.read_to_string(&mut out).unwrap();
-    assert!(out.starts_with("HTTP/1.1 200 OK"), "{out}");
     out
 }
 

@@ -13,7 +13,7 @@ use toolrouter::proto::{InvalidateSettingsRequest, ListGroupsRequest, Reason, Wa
 
 use crate::helpers::{
     Backend, Daemon, WriteLock, call_lines, certificates, conversation_hash, database_on, db_url,
-    demo_registry, free_addr, health, json_lines, load_request, loaded, manifest_dir, raw, reasons,
+    demo_registry, free_addr, health, http1, json_lines, load_request, loaded, manifest_dir, raw, reasons,
     route_request, run, run_with_env, sample, scrape, set_settings, set_settings_at, shown, temp_dir,
 };
 
@@ -998,15 +998,7 @@ async fn the_metrics_endpoint_answers_head_and_refuses_other_methods() {
     let dir = temp_dir();
     let metrics = free_addr();
     let _daemon = Daemon::start(dir.path(), &["--metrics-listen", &metrics]);
-    let exchange = |request: &str| {
-        use std::io::{Read as _, Write as _};
-        let mut s = std::net::TcpStream::connect(&metrics).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        write!(s, "{request}\r\nhost: {metrics}\r\n\r\n").unwrap();
-        let mut out = String::new();
-        s.read_to_string(&mut out).unwrap();
-        out
-    };
+    let exchange = |request_line: &str| http1(&metrics, request_line);
     let head = exchange("HEAD /metrics HTTP/1.1");
     let (headers, body) = head.split_once("\r\n\r\n").unwrap();
     assert!(headers.starts_with("HTTP/1.1 200 OK"), "{head}");
